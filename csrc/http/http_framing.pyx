@@ -1,0 +1,446 @@
+# cython: language_level=3
+"""HTTP/1.1 framing: assemble requests from httptools callbacks, build response heads.
+
+httptools (llhttp) does the parsing; this module keeps what the server needs from each
+message and nothing else. Per connection::
+
+    assembler = RequestAssembler(max_body_size)
+    parser = httptools.HttpRequestParser(assembler)
+    assembler.attach(parser)
+    ...
+    parser.feed_data(data)            # may complete 0, 1 or several (pipelined) requests
+    for request in assembler.drain():
+        ...
+
+An exception raised by a callback does not reach ``feed_data``'s caller as itself:
+httptools parks it, fails the parse, and raises ``httptools.HttpParserCallbackError`` with
+the original exception as ``__context__``. :func:`framing_error` digs it out.
+"""
+
+cimport cython
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memchr, memcpy
+
+from httptools import HttpParserCallbackError, parse_url
+
+DEFAULT_MAX_BODY_SIZE = (1 << 26) + (1 << 16)  # Triton's 64 MiB input limit + framing slack
+DEFAULT_MAX_HEAD_SIZE = 1 << 16
+
+
+class FramingError(Exception):
+    """A request the framing layer refuses; ``status`` is the HTTP status to answer with.
+
+    The connection cannot be reused after one: answer, then close.
+    """
+    status = 400
+
+
+class BodyTooLargeError(FramingError):
+    """The body exceeds ``max_body_size`` (declared by Content-Length, or as chunks arrive)."""
+    status = 413
+
+
+class HeadTooLargeError(FramingError):
+    """Request target plus headers exceed ``max_head_size``."""
+    status = 431
+
+
+def framing_error(exc):
+    """The FramingError behind an exception raised by ``parser.feed_data``, else None."""
+    if isinstance(exc, FramingError):
+        return exc
+    if isinstance(exc, HttpParserCallbackError) and isinstance(exc.__context__, FramingError):
+        return exc.__context__
+    return None
+
+
+# Header names the server reads, matched case-insensitively. Values of repeated headers are
+# joined with ", " (RFC 9110 §5.3).
+_KNOWN_HEADERS = {
+    name.encode(): name
+    for name in (
+        "content-length",
+        "inference-header-content-length",
+        "content-encoding",
+        "accept-encoding",
+        "connection",
+        "content-type",
+        "expect",
+    )
+}
+_KNOWN_LENGTHS = frozenset(len(name) for name in _KNOWN_HEADERS)
+_METHODS = {
+    m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")
+}
+
+
+cdef inline int _hex_value(char c) noexcept nogil:
+    if c'0' <= c <= c'9':
+        return c - c'0'
+    if c'a' <= c <= c'f':
+        return c - c'a' + 10
+    if c'A' <= c <= c'F':
+        return c - c'A' + 10
+    return -1
+
+
+cdef str _unquote(bytes raw):
+    """Percent-decode a path like ``urllib.parse.unquote`` (UTF-8, invalid bytes -> U+FFFD)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw), i = 0, j = 0
+    cdef const char* src = PyBytes_AS_STRING(raw)
+    cdef char* buf
+    cdef int hi, lo
+    if memchr(src, c'%', n) == NULL:
+        return PyUnicode_DecodeUTF8(src, n, "replace")
+    buf = <char*>PyMem_Malloc(n)
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        while i < n:
+            if src[i] == c'%' and i + 2 < n:
+                hi = _hex_value(src[i + 1])
+                lo = _hex_value(src[i + 2])
+                if hi >= 0 and lo >= 0:
+                    buf[j] = <char>(hi * 16 + lo)
+                    j += 1
+                    i += 3
+                    continue
+            buf[j] = src[i]
+            j += 1
+            i += 1
+        return PyUnicode_DecodeUTF8(buf, j, "replace")
+    finally:
+        PyMem_Free(buf)
+
+
+cdef tuple _split_target(bytes url):
+    """(path, query) of a request target: origin-form, absolute-form or ``*``."""
+    cdef bytes raw_path, query = b""
+    cdef Py_ssize_t q, h
+    if url.startswith(b"/"):
+        h = url.find(b"#")
+        if h >= 0:
+            url = url[:h]
+        q = url.find(b"?")
+        if q >= 0:
+            raw_path, query = url[:q], url[q + 1:]
+        else:
+            raw_path = url
+    elif url == b"*":
+        raw_path = url
+    else:
+        try:
+            parsed = parse_url(url)
+        except Exception:
+            raise FramingError(f"cannot parse request target {url[:200]!r}") from None
+        raw_path = parsed.path or b"/"
+        query = parsed.query or b""
+    return _unquote(raw_path), query.decode("latin-1")
+
+
+@cython.final
+cdef class HttpRequest:
+    """One complete request. Immutable once the assembler has handed it out."""
+    cdef readonly str method
+    cdef readonly str path  # percent-decoded, without query or fragment
+    cdef readonly str query  # raw (not decoded), without the '?'
+    cdef readonly dict headers  # lower-cased name -> value, only the headers the server reads
+    cdef readonly list raw_headers  # every header as received: (name, value) bytes pairs
+    cdef readonly object body  # bytearray of exactly the body's length, owned by the request
+    cdef readonly bint keep_alive
+    cdef readonly str http_version  # "1.1", "1.0"
+
+    def __init__(self, str method, str path, str query="", dict headers=None,
+                 list raw_headers=None, body=b"", bint keep_alive=True,
+                 str http_version="1.1"):
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = {} if headers is None else headers
+        self.raw_headers = [] if raw_headers is None else raw_headers
+        self.body = body
+        self.keep_alive = keep_alive
+        self.http_version = http_version
+
+    def __repr__(self):
+        return (
+            f"<HttpRequest {self.method} {self.path!r} HTTP/{self.http_version} "
+            f"body={len(self.body)}B keep_alive={self.keep_alive}>"
+        )
+
+
+@cython.final
+cdef class RequestAssembler:
+    """The httptools callback object for one connection; collects completed requests."""
+    cdef object _parser  # the httptools.HttpRequestParser feeding us (see attach)
+    cdef readonly Py_ssize_t max_body_size
+    cdef readonly Py_ssize_t max_head_size
+    cdef list _completed
+
+    # The message being assembled (reset by on_message_begin).
+    cdef bytes _url  # the request target when it arrived in one piece ...
+    cdef bytearray _url_parts  # ... else its pieces, joined without quadratic copying
+    cdef Py_ssize_t _head_size  # request target + header bytes seen so far
+    cdef list _raw_headers
+    cdef dict _headers
+    cdef bint _headers_done  # later on_header calls are chunked trailers (ignored)
+    cdef str _method
+    cdef str _path
+    cdef str _query
+    cdef bytearray _body
+    cdef Py_ssize_t _body_size
+    cdef Py_ssize_t _content_length  # -1 without a Content-Length header
+    cdef bint _expect_continue
+
+    def __init__(self, Py_ssize_t max_body_size=DEFAULT_MAX_BODY_SIZE,
+                 Py_ssize_t max_head_size=DEFAULT_MAX_HEAD_SIZE):
+        if max_body_size < 0 or max_head_size < 0:
+            raise ValueError("size limits must be non-negative")
+        self.max_body_size = max_body_size
+        self.max_head_size = max_head_size
+        self._completed = []
+        self._parser = None
+        self._reset()
+
+    def attach(self, parser):
+        """Give the assembler the parser that calls it, for the method, version and
+        keep-alive of each message. The pair forms a reference cycle; ``detach()`` breaks it
+        when the connection closes (the garbage collector would otherwise)."""
+        self._parser = parser
+
+    def detach(self):
+        self._parser = None
+
+    def drain(self):
+        """The requests completed since the last call, oldest first."""
+        done = self._completed
+        self._completed = []
+        return done
+
+    def take_expect_continue(self):
+        """True once for a request whose headers asked for ``100-continue`` and whose body
+        has not arrived yet: the protocol then writes ``HTTP/1.1 100 Continue``."""
+        if self._expect_continue:
+            self._expect_continue = False
+            return True
+        return False
+
+    cdef int _reset(self) except -1:
+        self._url = None
+        self._url_parts = None
+        self._head_size = 0
+        self._raw_headers = []
+        self._headers = {}
+        self._headers_done = False
+        self._method = None
+        self._path = None
+        self._query = None
+        self._body = None
+        self._body_size = 0
+        self._content_length = -1
+        self._expect_continue = False
+        return 0
+
+    cdef int _add_head_bytes(self, Py_ssize_t size) except -1:
+        self._head_size += size
+        if self._head_size > self.max_head_size:
+            raise HeadTooLargeError(
+                f"request target and headers exceed {self.max_head_size} bytes")
+        return 0
+
+    # --- httptools callbacks ------------------------------------------------------------
+
+    def on_message_begin(self):
+        self._reset()
+
+    def on_url(self, bytes url):
+        self._add_head_bytes(len(url))
+        if self._url is None and self._url_parts is None:
+            self._url = url
+        else:  # the request line arrived split over several feeds
+            if self._url_parts is None:
+                self._url_parts = bytearray(self._url)
+                self._url = None
+            self._url_parts += url
+
+    def on_header(self, bytes name, bytes value):
+        if self._headers_done:
+            return  # a trailer after a chunked body: nothing the server reads
+        self._add_head_bytes(len(name) + len(value) + 4)
+        self._raw_headers.append((name, value))
+        if len(name) not in _KNOWN_LENGTHS:
+            return
+        key = _KNOWN_HEADERS.get(name.lower())
+        if key is None:
+            return
+        text = value.decode("latin-1").strip()
+        previous = self._headers.get(key)
+        self._headers[key] = text if previous is None else f"{previous}, {text}"
+
+    def on_headers_complete(self):
+        cdef Py_ssize_t length
+        self._headers_done = True
+        if self._parser is None:
+            raise RuntimeError("RequestAssembler.attach(parser) was not called")
+        method = self._parser.get_method()
+        self._method = _METHODS.get(method) or method.decode("latin-1")
+        url = self._url if self._url_parts is None else bytes(self._url_parts)
+        self._path, self._query = _split_target(url if url is not None else b"")
+
+        declared = self._headers.get("content-length")
+        if declared is not None:
+            # llhttp has already refused malformed and conflicting values.
+            try:
+                value = int(declared)
+            except ValueError:
+                raise FramingError(f"invalid Content-Length {declared!r}") from None
+            if value > self.max_body_size:
+                raise BodyTooLargeError(
+                    f"request body of {value} bytes exceeds the limit of "
+                    f"{self.max_body_size} bytes")
+            length = value
+            self._content_length = length
+            if length > 0:
+                # Uninitialised: every byte is written by on_body before the message ends.
+                self._body = PyByteArray_FromStringAndSize(NULL, length)
+        expect = self._headers.get("expect")
+        if expect is not None and expect.lower() == "100-continue":
+            self._expect_continue = self._parser.get_http_version() == "1.1"
+
+    def on_body(self, bytes chunk):
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(chunk)
+        self._expect_continue = False
+        if self._content_length >= 0:
+            if size > self._content_length - self._body_size:
+                raise FramingError("body longer than its Content-Length")
+            memcpy(PyByteArray_AS_STRING(self._body) + self._body_size,
+                   PyBytes_AS_STRING(chunk), size)
+        else:  # chunked: grow geometrically (bytearray += is amortised O(1) per byte)
+            if size > self.max_body_size - self._body_size:
+                raise BodyTooLargeError(
+                    f"chunked request body exceeds the limit of {self.max_body_size} bytes")
+            if self._body is None:
+                self._body = bytearray(chunk)
+            else:
+                self._body += chunk
+        self._body_size += size
+
+    def on_message_complete(self):
+        if self._content_length >= 0 and self._body_size != self._content_length:
+            raise FramingError("body shorter than its Content-Length")
+        cdef HttpRequest request = HttpRequest.__new__(HttpRequest)
+        request.method = self._method
+        request.path = self._path
+        request.query = self._query
+        request.headers = self._headers
+        request.raw_headers = self._raw_headers
+        request.body = self._body if self._body is not None else bytearray()
+        request.keep_alive = self._parser.should_keep_alive()
+        request.http_version = self._parser.get_http_version()
+        self._completed.append(request)
+        self._reset()
+
+
+# --- response head ----------------------------------------------------------------------
+
+_REASONS = {
+    100: "Continue",
+    200: "OK",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+_STATUS_LINES = {
+    code: f"HTTP/1.1 {code} {reason}\r\n".encode() for code, reason in _REASONS.items()
+}
+
+
+def reason_phrase(int status):
+    return _REASONS.get(status, "Unknown")
+
+
+cdef inline Py_ssize_t _append(char* out, const char* data, Py_ssize_t size) noexcept:
+    memcpy(out, data, size)
+    return size
+
+
+cdef Py_ssize_t _checked_value(object value, str what) except -1:
+    """Length of a header value; refuses non-bytes and CR/LF/NUL (header injection)."""
+    if not PyBytes_Check(value):
+        raise TypeError(f"{what} must be bytes, got {type(value).__name__}")
+    cdef const char* data = PyBytes_AS_STRING(value)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(value)
+    if (memchr(data, c'\r', size) != NULL or memchr(data, c'\n', size) != NULL
+            or memchr(data, 0, size) != NULL):
+        raise ValueError(f"{what} must not contain CR, LF or NUL: {value!r}")
+    return size
+
+
+cdef Py_ssize_t _checked_name(object name) except -1:
+    cdef Py_ssize_t size = _checked_value(name, "header name")
+    cdef const char* data = PyBytes_AS_STRING(name)
+    cdef Py_ssize_t i
+    if size == 0:
+        raise ValueError("header name must not be empty")
+    for i in range(size):
+        if data[i] in b": \t" or <unsigned char>data[i] < 0x21 or <unsigned char>data[i] > 0x7E:
+            raise ValueError(f"invalid header name {name!r}")
+    return size
+
+
+def build_response_head(int status, content_type, Py_ssize_t content_length,
+                        bint keep_alive, extra_headers=()):
+    """``HTTP/1.1 <status> <reason>`` and the headers, ending with the blank line."""
+    cdef bytes status_line = _STATUS_LINES.get(status)
+    if status_line is None:
+        if not 100 <= status <= 999:
+            raise ValueError(f"invalid HTTP status {status}")
+        status_line = f"HTTP/1.1 {status} Unknown\r\n".encode()
+    if content_length < 0:
+        raise ValueError(f"content_length must be non-negative, got {content_length}")
+    cdef bytes connection = (
+        b"Connection: keep-alive\r\n" if keep_alive else b"Connection: close\r\n")
+    cdef bytes length_text = str(content_length).encode()
+    cdef Py_ssize_t total = (
+        PyBytes_GET_SIZE(status_line) + 16 + PyBytes_GET_SIZE(length_text) + 2
+        + PyBytes_GET_SIZE(connection) + 2
+    )
+    if content_type is not None:
+        total += 14 + _checked_value(content_type, "content_type") + 2
+    # Names and values are collected into a private list: the fill below must copy exactly
+    # what was measured, whatever extra_headers is.
+    cdef list fields = []
+    for name, value in extra_headers:
+        total += _checked_name(name) + 2 + _checked_value(value, "header value") + 2
+        fields.append(name)
+        fields.append(value)
+
+    cdef bytes head = PyBytes_FromStringAndSize(NULL, total)
+    cdef char* out = PyBytes_AS_STRING(head)
+    out += _append(out, PyBytes_AS_STRING(status_line), PyBytes_GET_SIZE(status_line))
+    if content_type is not None:
+        out += _append(out, "Content-Type: ", 14)
+        out += _append(out, PyBytes_AS_STRING(content_type), PyBytes_GET_SIZE(content_type))
+        out += _append(out, "\r\n", 2)
+    out += _append(out, "Content-Length: ", 16)
+    out += _append(out, PyBytes_AS_STRING(length_text), PyBytes_GET_SIZE(length_text))
+    out += _append(out, "\r\n", 2)
+    out += _append(out, PyBytes_AS_STRING(connection), PyBytes_GET_SIZE(connection))
+    cdef Py_ssize_t i
+    for i in range(0, len(fields), 2):
+        out += _append(out, PyBytes_AS_STRING(fields[i]), PyBytes_GET_SIZE(fields[i]))
+        out += _append(out, ": ", 2)
+        out += _append(out, PyBytes_AS_STRING(fields[i + 1]), PyBytes_GET_SIZE(fields[i + 1]))
+        out += _append(out, "\r\n", 2)
+    out += _append(out, "\r\n", 2)
+    return head

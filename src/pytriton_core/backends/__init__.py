@@ -1,0 +1,1 @@
+"""Backends: one framework each, behind the contract in ``base``."""

@@ -1,0 +1,84 @@
+"""The backend contract: three levels, as in Triton (backend, model, instance).
+
+* ``Backend``: one per framework, created once per server; knows how to auto-complete
+  a config and load a model version.
+* ``BackendModel``: one per loaded model version; creates instances.
+* ``BackendInstance``: one per model instance, each driven by its own worker thread.
+  ``execute`` is never called concurrently on one instance.
+
+Backends know nothing of front ends or the event loop: they receive core requests and
+return core responses.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import Message
+
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.core.response import InferenceResponse
+from pytriton_core.core.statistics import ComputeTiming
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    """Where a model version lives and what the server was told about its backend."""
+
+    name: str
+    version: int
+    model_dir: Path  # <repository>/<model>
+    version_dir: Path  # <repository>/<model>/<version>
+    backend_config: Mapping[str, str]  # --backend-config=<this backend>,k=v pairs
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    name: str  # e.g. "add_sub_0_0": group name + index, as Triton names them
+    kind: str  # "CPU" | "GPU" | "MODEL"
+    device_id: int
+
+
+class BackendInstance(abc.ABC):
+    @abc.abstractmethod
+    def execute(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming
+    ) -> Sequence[InferenceResponse | None]:
+        """Run one batch; return one entry per request, in order.
+
+        An entry is that request's final response, or None when the request is (or will
+        be) answered through ``request.send_threadsafe`` (decoupled models). Call
+        ``timing.mark_input_done()`` / ``mark_infer_done()`` between the stages.
+        Raising fails every request of the batch.
+        """
+
+    def finalize(self) -> None:  # noqa: B027 - optional hook
+        """Release what the instance holds; called once, from its worker thread."""
+
+
+class BackendModel(abc.ABC):
+    decoupled: bool = False
+
+    @abc.abstractmethod
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance:
+        """Create one instance; called from the instance's own worker thread."""
+
+    def finalize(self) -> None:  # noqa: B027 - optional hook
+        """Release model-level resources after every instance has finalized."""
+
+
+class Backend(abc.ABC):
+    name: str
+
+    def auto_complete_config(self, config: Message, location: ModelLocation) -> None:  # noqa: B027
+        """Fill what the model file tells (inputs, outputs, max_batch_size...) in place."""
+
+    @abc.abstractmethod
+    def load_model(
+        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
+    ) -> BackendModel:
+        """Load one version of a model whose config is complete and validated."""

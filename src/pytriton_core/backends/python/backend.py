@@ -1,0 +1,263 @@
+"""Runs Triton Python-backend models (``model.py``) in-process.
+
+Each instance is a ``TritonPythonModel`` object driven by its own worker thread; requests
+and responses cross into ``pb_utils`` objects without copying tensor data. Unlike Triton,
+there is no stub process and no /dev/shm pool: tensors stay numpy arrays end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from google.protobuf.message import Message
+
+from pytriton_core import types
+from pytriton_core.backends.base import (
+    Backend,
+    BackendInstance,
+    BackendModel,
+    InstanceSpec,
+    ModelLocation,
+)
+from pytriton_core.backends.python import pb_utils
+from pytriton_core.config import config_from_json, config_to_json_dict
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.core.response import InferenceResponse
+from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.core.tensor import Tensor
+from pytriton_core.errors import (
+    ErrorCode,
+    InternalError,
+    ModelConfigError,
+    ServerError,
+)
+
+MODULE_NAME = "triton_python_backend_utils"
+_import_lock = threading.Lock()
+
+
+def _install_pb_utils() -> None:
+    # model.py files import pb_utils by Triton's module name.
+    sys.modules.setdefault(MODULE_NAME, pb_utils)
+
+
+def _model_file(location: ModelLocation, config_json: Mapping[str, Any] | None) -> Path:
+    filename = "model.py"
+    if config_json and config_json.get("default_model_filename"):
+        filename = str(config_json["default_model_filename"])
+    return location.version_dir / filename
+
+
+def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
+    if not path.is_file():
+        raise ModelConfigError(f"unable to find '{path}' for model '{location.name}'")
+    _install_pb_utils()
+    module_name = f"_pytriton_model_{location.name}_{location.version}"
+    with _import_lock:
+        # Models import their sibling modules, as they do under Triton's stub.
+        if str(location.version_dir) not in sys.path:
+            sys.path.append(str(location.version_dir))
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ModelConfigError(f"unable to load '{path}' for model '{location.name}'")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise InternalError(
+                f"failed to load model '{location.name}': {type(exc).__name__}: {exc}"
+            ) from exc
+    if not hasattr(module, "TritonPythonModel"):
+        raise InternalError(
+            f"failed to load model '{location.name}': {path} defines no class TritonPythonModel"
+        )
+    return module
+
+
+class PythonBackend(Backend):
+    name = "python"
+
+    def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
+        config_json = config_to_json_dict(config)
+        module = _import_model_module(_model_file(location, config_json), location)
+        model_class = module.TritonPythonModel
+        hook = getattr(model_class, "auto_complete_config", None)
+        if hook is None:
+            return
+        completed = hook(pb_utils.ModelConfig(json.dumps(config_json)))
+        if not isinstance(completed, pb_utils.ModelConfig):
+            raise ModelConfigError(
+                f"auto_complete_config function in model '{location.name}' must return a "
+                "valid pb.ModelConfig object."
+            )
+        config.CopyFrom(config_from_json(completed.as_dict()))
+
+    def load_model(
+        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
+    ) -> BackendModel:
+        module = _import_model_module(_model_file(location, config_json), location)
+        return PythonModel(module, config_json, location)
+
+
+class PythonModel(BackendModel):
+    def __init__(
+        self, module: ModuleType, config_json: Mapping[str, Any], location: ModelLocation
+    ) -> None:
+        self._module = module
+        self._config_json = config_json
+        self._location = location
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(dict(config_json))
+        self._output_names = [o["name"] for o in config_json.get("output", ())]
+        if not hasattr(module.TritonPythonModel, "execute"):
+            raise InternalError(
+                f"Python model {_model_file(location, config_json)} does not implement "
+                "`execute` method."
+            )
+
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance:
+        args = {
+            "model_config": json.dumps(self._config_json),
+            "model_instance_kind": spec.kind,
+            "model_instance_name": spec.name,
+            "model_instance_device_id": str(spec.device_id),
+            "model_repository": str(self._location.model_dir),
+            "model_version": str(self._location.version),
+            "model_name": self._location.name,
+        }
+        return PythonInstance(self, spec, args)
+
+
+class PythonInstance(BackendInstance):
+    def __init__(self, model: PythonModel, spec: InstanceSpec, args: dict[str, str]) -> None:
+        self._model = model
+        self._spec = spec
+        self._python_model = model._module.TritonPythonModel()
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        if inspect.iscoroutinefunction(self._python_model.execute):
+            self._async_loop = asyncio.new_event_loop()
+        with pb_utils.model_dir_context(str(model._location.model_dir)):
+            initialize = getattr(self._python_model, "initialize", None)
+            if initialize is not None:
+                self._run(initialize(args))
+
+    def _run(self, result: Any) -> Any:
+        """Run a hook's result to completion when the hook was ``async def``."""
+        if inspect.iscoroutine(result):
+            loop = self._async_loop or asyncio.new_event_loop()
+            self._async_loop = loop
+            return loop.run_until_complete(result)
+        return result
+
+    def execute(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming
+    ) -> Sequence[InferenceResponse | None]:
+        pb_requests = [self._to_pb_request(r) for r in requests]
+        timing.mark_input_done()
+        with pb_utils.model_dir_context(str(self._model._location.model_dir)):
+            try:
+                result = self._run(self._python_model.execute(pb_requests))
+            except Exception as exc:
+                raise InternalError(
+                    f"Failed to process the request(s) for model '{self._spec.name}', "
+                    f"message: {type(exc).__name__}: {exc}"
+                ) from exc
+        timing.mark_infer_done()
+        if self._model.decoupled:
+            if result is not None:
+                raise InternalError(
+                    f"Python model '{self._spec.name}' is using the decoupled mode and the "
+                    "execute function must return None."
+                )
+            return [None] * len(requests)
+        if result is None:
+            # Since Triton 24.06 a default-mode model may answer through its senders.
+            return [None] * len(requests)
+        if not isinstance(result, list):
+            raise InternalError(
+                f"Expected a list in the execute return, found type '{type(result).__name__}'."
+            )
+        if len(result) != len(requests):
+            raise InternalError(
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
+                f"InferenceResponse(s) size is:{len(result)}\n"
+            )
+        return [
+            self._from_pb_response(response, request)
+            for response, request in zip(result, requests, strict=True)
+        ]
+
+    def finalize(self) -> None:
+        finalize = getattr(self._python_model, "finalize", None)
+        if finalize is not None:
+            self._run(finalize())
+        if self._async_loop is not None:
+            self._async_loop.close()
+
+    def _to_pb_request(self, request: InferenceRequest) -> pb_utils.InferenceRequest:
+        inputs = [
+            pb_utils.Tensor._from_server(t.name, t.data, t.datatype.wire_name)
+            for t in request.inputs.values()
+        ]
+
+        def send(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            core = None if response is None else self._from_pb_response(response, request)
+            request.send_threadsafe(core, final)
+
+        return pb_utils.InferenceRequest._from_server(
+            request_id=request.id,
+            correlation_id=request.correlation_id,
+            inputs=inputs,
+            requested_output_names=request.output_names(self._model._output_names),
+            parameters=dict(request.parameters),
+            flags=request.flags,
+            timeout=request.timeout_us,
+            send_hook=send,
+            is_cancelled=lambda: request.cancelled,
+            decoupled=self._model.decoupled,
+        )
+
+    def _from_pb_response(self, response: Any, request: InferenceRequest) -> InferenceResponse:
+        if not isinstance(response, pb_utils.InferenceResponse):
+            return InferenceResponse.failed(
+                InternalError(
+                    f"Expected an InferenceResponse, found type '{type(response).__name__}'."
+                )
+            )
+        error = response.error()
+        parameters = json.loads(response.parameters() or "{}")
+        if error is not None:
+            return InferenceResponse(
+                parameters=parameters, error=_server_error(error.code(), error.message())
+            )
+        wanted = set(request.output_names(self._model._output_names))
+        outputs = []
+        for tensor in response.output_tensors():
+            if tensor.name() not in wanted:
+                continue
+            datatype = types.BY_WIRE_NAME[tensor._datatype_wire_name()]
+            outputs.append(Tensor(tensor.name(), datatype, tensor._server_array()))
+        return InferenceResponse(outputs=outputs, parameters=parameters)
+
+
+_CODE_BY_PB: dict[int, ErrorCode] = {}
+
+
+def _server_error(code: int, message: str) -> ServerError:
+    if not _CODE_BY_PB:
+        for error_code in ErrorCode:
+            _CODE_BY_PB[getattr(pb_utils.TritonError, error_code.value)] = error_code
+    return ServerError.from_code(_CODE_BY_PB.get(code, ErrorCode.INTERNAL), message)
+
+
+def create_backend() -> Backend:
+    return PythonBackend()

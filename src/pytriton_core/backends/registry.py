@@ -1,0 +1,50 @@
+"""Which module serves which backend, and the extra that installs its framework."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from pytriton_core.backends.base import Backend
+from pytriton_core.errors import UnsupportedError
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    module: str  # imports a module exposing ``create_backend() -> Backend``
+    extra: str | None  # the pyproject extra that installs the framework
+
+
+BACKENDS: dict[str, BackendEntry] = {
+    "python": BackendEntry("pytriton_core.backends.python", None),
+}
+
+
+class BackendRegistry:
+    """Creates each backend once, on first use, so unused frameworks are never imported."""
+
+    def __init__(self) -> None:
+        self._created: dict[str, Backend] = {}
+
+    def get(self, name: str) -> Backend:
+        backend = self._created.get(name)
+        if backend is not None:
+            return backend
+        entry = BACKENDS.get(name)
+        if entry is None:
+            known = ", ".join(sorted(BACKENDS))
+            raise UnsupportedError(f"unknown backend '{name}' (this server provides: {known})")
+        try:
+            module = importlib.import_module(entry.module)
+        except ImportError as exc:
+            hint = (
+                f"; install it with: pip install pytriton-core[{entry.extra}]"
+                if entry.extra
+                else ""
+            )
+            raise UnsupportedError(
+                f"backend '{name}' is not available ({exc.name or exc} is not installed){hint}"
+            ) from exc
+        backend: Backend = module.create_backend()
+        self._created[name] = backend
+        return backend

@@ -1,0 +1,149 @@
+"""``pytriton-server``: tritonserver's command line, for what this server implements."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import MappingProxyType
+
+import uvloop
+
+from pytriton_core.errors import ServerError
+from pytriton_core.options import ModelControlMode, ServerOptions, bundled_repository
+from pytriton_core.server import Server
+
+log = logging.getLogger("pytriton_core")
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got '{text}'")
+
+
+def _backend_config(text: str) -> tuple[str, str, str]:
+    """``<backend>,<key>=<value>`` or a global ``<key>=<value>``."""
+    backend, _, setting = text.rpartition(",")
+    key, sep, value = setting.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(
+            f"--backend-config expects <backend>,<setting>=<value>, got '{text}'"
+        )
+    return backend, key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pytriton-server",
+        description="A Triton-compatible inference server (tritonserver's flags).",
+        allow_abbrev=False,
+    )
+    add = parser.add_argument
+    add(
+        "--model-repository",
+        "--model-store",
+        dest="model_repository",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help="model repository folder (repeatable); default: the bundled examples",
+    )
+    add("--id", default="triton", help="server identifier reported in server metadata")
+    add("--allow-http", type=_bool, default=True, metavar="BOOL")
+    add("--http-address", default="0.0.0.0")
+    add("--http-port", type=int, default=8000)
+    add("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES")
+    add("--allow-grpc", type=_bool, default=True, metavar="BOOL")
+    add("--grpc-address", default="0.0.0.0")
+    add("--grpc-port", type=int, default=8001)
+    add("--allow-metrics", type=_bool, default=True, metavar="BOOL")
+    add("--metrics-address", default=None)
+    add("--metrics-port", type=int, default=8002)
+    add("--model-control-mode", choices=[m.value for m in ModelControlMode], default="none")
+    add("--load-model", action="append", default=[], metavar="NAME")
+    add("--repository-poll-secs", type=int, default=15)
+    add("--model-config-name", default=None)
+    add(
+        "--strict-model-config",
+        type=_bool,
+        default=None,
+        metavar="BOOL",
+        help="deprecated: true disables auto-complete",
+    )
+    add("--disable-auto-complete-config", action="store_true")
+    add("--strict-readiness", type=_bool, default=True, metavar="BOOL")
+    add("--exit-on-error", type=_bool, default=True, metavar="BOOL")
+    add("--exit-timeout-secs", type=int, default=30)
+    add("--log-verbose", type=int, default=0, metavar="LEVEL")
+    add(
+        "--backend-config",
+        action="append",
+        type=_backend_config,
+        default=[],
+        metavar="<backend>,<key>=<value>",
+    )
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    backend_config: dict[str, dict[str, str]] = {}
+    for backend, key, value in args.backend_config:
+        backend_config.setdefault(backend, {})[key] = value
+    repositories = tuple(args.model_repository or [bundled_repository()])
+    for repository in repositories:
+        if not repository.is_dir():
+            raise SystemExit(f"error: model repository '{repository}' is not a folder")
+    return ServerOptions(
+        model_repositories=repositories,
+        server_id=args.id,
+        allow_http=args.allow_http,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        http_max_input_size=args.http_max_input_size,
+        allow_grpc=args.allow_grpc,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        model_control_mode=ModelControlMode(args.model_control_mode),
+        load_models=tuple(args.load_model),
+        repository_poll_secs=args.repository_poll_secs,
+        model_config_name=args.model_config_name,
+        disable_auto_complete_config=bool(
+            args.disable_auto_complete_config or args.strict_model_config
+        ),
+        strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
+        exit_timeout_secs=args.exit_timeout_secs,
+        log_verbose=args.log_verbose,
+        backend_config=MappingProxyType(
+            {k: MappingProxyType(v) for k, v in backend_config.items()}
+        ),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    options = options_from_args(args)
+    logging.basicConfig(
+        level=logging.DEBUG if options.log_verbose > 0 else logging.INFO,
+        format="%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s",
+        datefmt="%m%d %H:%M:%S",
+        stream=sys.stderr,
+    )
+    try:
+        uvloop.run(Server(options).run_until_signalled())
+    except ServerError as exc:
+        log.error("%s", exc.message)
+        return 1
+    return 0

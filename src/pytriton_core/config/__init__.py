@@ -1,0 +1,29 @@
+"""Model configuration: read config.pbtxt, complete it, normalize it, validate it.
+
+The load path runs, in order: ``read_model_config`` (or ``config_from_json`` for a load
+override), backend auto-complete (elsewhere), ``fill_server_side_fields``,
+``normalize_config``, ``validate_config``; then ``select_versions`` over
+``list_version_dirs``. ``config_to_json_dict`` renders the result as Triton does.
+Configs are ``inference.ModelConfig`` messages from ``pytriton_core.proto``.
+"""
+
+from __future__ import annotations
+
+from pytriton_core.config.autofill import fill_server_side_fields
+from pytriton_core.config.json_mapping import config_to_json_dict
+from pytriton_core.config.normalize import normalize_config
+from pytriton_core.config.parse import config_from_json, parse_config_text, read_model_config
+from pytriton_core.config.validate import validate_config
+from pytriton_core.config.versions import list_version_dirs, select_versions
+
+__all__ = [
+    "config_from_json",
+    "config_to_json_dict",
+    "fill_server_side_fields",
+    "list_version_dirs",
+    "normalize_config",
+    "parse_config_text",
+    "read_model_config",
+    "select_versions",
+    "validate_config",
+]

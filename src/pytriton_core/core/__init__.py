@@ -1,0 +1,1 @@
+"""The core: requests and responses, models, instances and their statistics."""

@@ -1,0 +1,91 @@
+"""A model instance: one worker thread pulling batches from the model's scheduler."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.core.response import InferenceResponse
+from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.scheduling.base import Scheduler
+
+log = logging.getLogger(__name__)
+
+BatchDone = Callable[
+    [list[InferenceRequest], Sequence[InferenceResponse | None], ComputeTiming], None
+]
+
+
+class ModelInstance:
+    """Runs ``BackendInstance.execute`` in its own thread, one batch at a time.
+
+    The event loop is woken once per finished batch (``on_batch_done`` is scheduled with
+    ``call_soon_threadsafe``), never once per request.
+    """
+
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        backend_model: BackendModel,
+        scheduler: Scheduler,
+        on_batch_done: BatchDone,
+        schedule_on_loop: Callable[..., object],
+    ) -> None:
+        self.spec = spec
+        self._backend_model = backend_model
+        self._scheduler = scheduler
+        self._on_batch_done = on_batch_done
+        self._schedule_on_loop = schedule_on_loop
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"instance-{spec.name}", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread and wait until the backend instance exists (or failed)."""
+        self._thread.start()
+        self._ready.wait()
+        if self._startup_error is not None:
+            raise self._startup_error
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            backend_instance = self._backend_model.create_instance(self.spec)
+        except BaseException as exc:
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            self._serve(backend_instance)
+        finally:
+            try:
+                backend_instance.finalize()
+            except Exception:
+                log.exception("finalize failed for instance %s", self.spec.name)
+
+    def _serve(self, backend_instance: BackendInstance) -> None:
+        while (batch := self._scheduler.next_batch()) is not None:
+            timing = ComputeTiming(start_ns=time.monotonic_ns())
+            responses: Sequence[InferenceResponse | None]
+            try:
+                responses = backend_instance.execute(batch, timing)
+                if len(responses) != len(batch):
+                    raise InternalError(
+                        f"backend returned {len(responses)} responses for {len(batch)} requests"
+                    )
+            except ServerError as exc:
+                responses = [InferenceResponse.failed(exc)] * len(batch)
+            except Exception as exc:
+                log.exception("execute failed on instance %s", self.spec.name)
+                error = InternalError(f"{type(exc).__name__}: {exc}")
+                responses = [InferenceResponse.failed(error)] * len(batch)
+            timing.close()
+            self._schedule_on_loop(self._on_batch_done, batch, responses, timing)

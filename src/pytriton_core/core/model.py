@@ -1,0 +1,173 @@
+"""A loaded model version: its config, scheduler, instances and statistics.
+
+Requests enter through ``submit`` (on the event loop): they are validated, queued, taken
+by an instance's worker thread, and their responses come back to the loop in
+``_batch_done``, which also keeps the statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import Message
+
+from pytriton_core.backends.base import BackendModel, InstanceSpec
+from pytriton_core.core import classification
+from pytriton_core.core.instance import ModelInstance
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.core.response import InferenceResponse
+from pytriton_core.core.statistics import ComputeTiming, ModelStatistics
+from pytriton_core.core.validation import TensorSpecs, validate_request
+from pytriton_core.errors import ServerError, UnavailableError
+from pytriton_core.scheduling.base import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+class ModelState(enum.Enum):
+    UNKNOWN = "UNKNOWN"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+class Model:
+    """One version of a model, loaded: what the front ends see and submit requests to."""
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        config: Message,
+        config_json: Mapping[str, Any],
+        model_dir: Path,
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.config = config
+        self.config_json = config_json
+        self.model_dir = model_dir
+        self.state = ModelState.LOADING
+        self.stats = ModelStatistics()
+        self.specs = TensorSpecs.from_config_json(config_json)
+        self.platform = str(config_json.get("platform") or config_json.get("backend", ""))
+        self.decoupled = bool(
+            config_json.get("model_transaction_policy", {}).get("decoupled", False)
+        )
+        self._labels: dict[str, list[str]] = {}
+        for output in config_json.get("output", ()):
+            if output.get("label_filename"):
+                path = model_dir / output["label_filename"]
+                self._labels[output["name"]] = classification.read_labels(path)
+
+    def start(
+        self,
+        backend_model: BackendModel,
+        scheduler: Scheduler,
+        instance_specs: Sequence[InstanceSpec],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Create the instances (blocking: call from a worker thread, not the loop)."""
+        self._loop = loop
+        self._backend_model = backend_model
+        self._scheduler = scheduler
+        self._instances: list[ModelInstance] = []
+        self._in_flight = 0
+        self._drained: asyncio.Event | None = None
+        for spec in instance_specs:
+            instance = ModelInstance(
+                spec, backend_model, scheduler, self._batch_done, loop.call_soon_threadsafe
+            )
+            instance.start()
+            self._instances.append(instance)
+        self.state = ModelState.READY
+
+    def submit(self, request: InferenceRequest) -> None:
+        """Validate and queue a request; its responses arrive through ``request.deliver``."""
+        if self.state is not ModelState.READY:
+            raise UnavailableError(
+                f"Request for unknown model: '{self.name}' version {self.version} is not at "
+                "ready state"
+            )
+        try:
+            validate_request(request, self.specs, self.name)
+        except ServerError as exc:
+            self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns())
+            raise exc.with_request_id(request.id) from None
+        request.loop = self._loop
+        request.queue_start_ns = time.monotonic_ns()
+        self._scheduler.enqueue(request)
+        self._in_flight += 1
+
+    def _batch_done(
+        self,
+        batch: list[InferenceRequest],
+        responses: Sequence[InferenceResponse | None],
+        timing: ComputeTiming,
+    ) -> None:
+        stats = self.stats
+        stats.record_execution(sum(r.batch_size for r in batch), timing)
+        end_ns = time.monotonic_ns()
+        for request, response in zip(batch, responses, strict=True):
+            self._in_flight -= 1
+            if response is None:
+                continue  # answered through its response sender
+            if response.error is None:
+                response = self._apply_classification(request, response)
+            if response.error is None:
+                stats.record_request_success(
+                    request.arrival_ns, request.queue_start_ns, timing, end_ns
+                )
+            else:
+                stats.record_request_failure(request.arrival_ns, end_ns)
+                response.error = response.error.with_request_id(request.id)
+            request.deliver(response, True)
+        if self._in_flight == 0 and self._drained is not None:
+            self._drained.set()
+
+    def _apply_classification(
+        self, request: InferenceRequest, response: InferenceResponse
+    ) -> InferenceResponse:
+        if request.requested_outputs is None:
+            return response
+        for i, tensor in enumerate(response.outputs):
+            wanted = request.requested_outputs.get(tensor.name)
+            if wanted is None or wanted.class_count <= 0:
+                continue
+            spec = self.specs.outputs.get(tensor.name)
+            batched = self.specs.max_batch_size > 0 and spec is not None and bool(spec.dims)
+            try:
+                response.outputs[i] = classification.classify(
+                    tensor, wanted.class_count, batched, self._labels.get(tensor.name, [])
+                )
+            except ServerError as exc:
+                return InferenceResponse.failed(exc)
+        return response
+
+    async def stop(self, timeout_s: float) -> None:
+        """Stop taking requests, let queued ones finish (up to ``timeout_s``), finalize."""
+        self.state = ModelState.UNLOADING
+        if self._in_flight:
+            self._drained = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._drained.wait(), timeout_s)
+            except TimeoutError:
+                log.warning("model %s: %d requests still in flight", self.name, self._in_flight)
+        self._scheduler.stop(len(self._instances))
+        await asyncio.to_thread(self._join_and_finalize)
+        self.state = ModelState.UNAVAILABLE
+
+    def _join_and_finalize(self) -> None:
+        for instance in self._instances:
+            instance.join()
+        try:
+            self._backend_model.finalize()
+        except Exception:
+            log.exception("finalize failed for model %s", self.name)

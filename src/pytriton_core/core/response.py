@@ -1,0 +1,29 @@
+"""Inference responses: what a model sends back for one request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pytriton_core.core.tensor import Tensor
+from pytriton_core.errors import ServerError
+
+ParameterValue = bool | int | float | str
+
+
+@dataclass(slots=True)
+class InferenceResponse:
+    """One response; ``error`` set means the request (or this response of it) failed."""
+
+    outputs: list[Tensor] = field(default_factory=list)
+    parameters: dict[str, ParameterValue] = field(default_factory=dict)
+    error: ServerError | None = None
+
+    @classmethod
+    def failed(cls, error: ServerError) -> InferenceResponse:
+        return cls(error=error)
+
+    def output(self, name: str) -> Tensor | None:
+        for tensor in self.outputs:
+            if tensor.name == name:
+                return tensor
+        return None

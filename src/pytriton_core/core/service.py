@@ -1,0 +1,191 @@
+"""The core's face to the front ends: lookups, readiness, metadata, infer, statistics.
+
+HTTP and gRPC call the same methods, so both answer the same way; each renders the
+returned values in its own wire format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pytriton_core import __version__
+from pytriton_core.core.model import Model
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.core.response import InferenceResponse
+from pytriton_core.core.statistics import Duration, ModelStatistics
+from pytriton_core.errors import InternalError, InvalidArgumentError, UnavailableError
+from pytriton_core.options import ServerOptions
+from pytriton_core.repository.manager import ModelManager
+
+# Triton's order (core/src/server.cc); listed only once their feature exists here.
+EXTENSIONS = (
+    "classification",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+)
+
+
+def parse_version(text: str | None) -> int:
+    """``""``/None → -1 (latest); otherwise a non-negative integer, as Triton requires."""
+    if not text:
+        return -1
+    if not text.isdigit():
+        raise InvalidArgumentError(
+            f"failed to get model version from specified version string '{text}' (details: stoll)"
+        )
+    return int(text)
+
+
+class InferenceService:
+    def __init__(self, options: ServerOptions, manager: ModelManager) -> None:
+        self.options = options
+        self.manager = manager
+        self.live = False
+        self.exiting = False
+
+    # ------------------------------------------------------------- health
+
+    def is_live(self) -> bool:
+        if self.exiting:
+            raise UnavailableError("Server exiting")
+        return self.live
+
+    def is_ready(self) -> bool:
+        if self.exiting:
+            raise UnavailableError("Server exiting")
+        if not self.live:
+            return False
+        return self.manager.is_ready() if self.options.strict_readiness else True
+
+    def is_model_ready(self, name: str, version: str | None) -> bool:
+        try:
+            self.manager.get(name, parse_version(version))
+        except (UnavailableError, InvalidArgumentError):
+            raise
+        except Exception:
+            return False
+        return True
+
+    # ----------------------------------------------------------- metadata
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.options.server_id,
+            "version": __version__,
+            "extensions": list(EXTENSIONS),
+        }
+
+    def model(self, name: str, version: str | None) -> Model:
+        return self.manager.get(name, parse_version(version))
+
+    def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        model = self.model(name, version)
+        versions = (
+            [str(model.version)]
+            if version
+            else [str(m.version) for m in self.manager.ready_versions(name)]
+        )
+        specs = model.specs
+
+        def tensors(group: str) -> list[dict[str, Any]]:
+            return [
+                {"name": s.name, "datatype": s.datatype.wire_name, "shape": specs.full_shape(s)}
+                for s in getattr(specs, group).values()
+            ]
+
+        return {
+            "name": model.name,
+            "versions": versions,
+            "platform": model.platform,
+            "inputs": tensors("inputs"),
+            "outputs": tensors("outputs"),
+        }
+
+    # -------------------------------------------------------------- infer
+
+    async def infer(self, model: Model, request: InferenceRequest) -> InferenceResponse:
+        """Submit a request expecting exactly one response (HTTP /infer, gRPC ModelInfer)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[InferenceResponse] = loop.create_future()
+        responses: list[InferenceResponse] = []
+
+        def collect(response: InferenceResponse | None, final: bool) -> None:
+            if response is not None:
+                responses.append(response)
+            if final and not done.done():
+                if len(responses) == 1:
+                    done.set_result(responses[0])
+                else:
+                    done.set_result(
+                        InferenceResponse.failed(
+                            InternalError(f"expected a single response, got {len(responses)}")
+                        )
+                    )
+
+        request.on_response = collect
+        model.submit(request)
+        return await done
+
+    # --------------------------------------------------------- statistics
+
+    def statistics(self, name: str | None, version: str | None) -> dict[str, Any]:
+        if not name:
+            models = self.manager.all_ready()
+        else:
+            try:
+                parsed = parse_version(version)
+                models = (
+                    [self.manager.get(name, parsed)]
+                    if parsed >= 0
+                    else self.manager.ready_versions(name)
+                )
+            except InvalidArgumentError:
+                raise
+            except Exception:
+                if version:
+                    raise InvalidArgumentError(
+                        f"requested model version is not available for model '{name}'"
+                    ) from None
+                raise InvalidArgumentError(f"requested model '{name}' is not available") from None
+            if not models:
+                raise InvalidArgumentError(f"requested model '{name}' is not available")
+        return {"model_stats": [_model_stats(m) for m in models]}
+
+
+def _duration(d: Duration) -> dict[str, int]:
+    return {"count": d.count, "ns": d.ns}
+
+
+def _model_stats(model: Model) -> dict[str, Any]:
+    s: ModelStatistics = model.stats
+    return {
+        "name": model.name,
+        "version": str(model.version),
+        "last_inference": s.last_inference_ms,
+        "inference_count": s.inference_count,
+        "execution_count": s.execution_count,
+        "inference_stats": {
+            "success": _duration(s.success),
+            "fail": _duration(s.fail),
+            "queue": _duration(s.queue),
+            "compute_input": _duration(s.compute_input),
+            "compute_infer": _duration(s.compute_infer),
+            "compute_output": _duration(s.compute_output),
+            "cache_hit": _duration(s.cache_hit),
+            "cache_miss": _duration(s.cache_miss),
+        },
+        "response_stats": {},
+        "batch_stats": [
+            {
+                "batch_size": size,
+                "compute_input": _duration(b.compute_input),
+                "compute_infer": _duration(b.compute_infer),
+                "compute_output": _duration(b.compute_output),
+            }
+            for size, b in sorted(s.batch_stats.items())
+        ],
+        "memory_usage": [],
+    }

@@ -1,0 +1,122 @@
+"""Request validation against a model's config, with Triton's messages.
+
+Runs on the event loop before a request is queued, so a bad request never reaches a
+backend. The per-model facts it needs are computed once at load (``TensorSpecs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytriton_core import types
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    name: str
+    datatype: types.DataType
+    dims: tuple[int, ...]  # without the batch dimension
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpecs:
+    max_batch_size: int
+    inputs: Mapping[str, TensorSpec]
+    outputs: Mapping[str, TensorSpec]
+
+    @classmethod
+    def from_config_json(cls, config: Mapping[str, Any]) -> TensorSpecs:
+        def spec(entry: Mapping[str, Any]) -> TensorSpec:
+            return TensorSpec(
+                name=entry["name"],
+                datatype=types.BY_CONFIG_NAME[entry["data_type"]],
+                dims=tuple(int(d) for d in entry.get("dims", ())),
+                optional=bool(entry.get("optional", False)),
+            )
+
+        return cls(
+            max_batch_size=int(config.get("max_batch_size", 0)),
+            inputs={e["name"]: spec(e) for e in config.get("input", ())},
+            outputs={e["name"]: spec(e) for e in config.get("output", ())},
+        )
+
+    def full_shape(self, spec: TensorSpec) -> list[int]:
+        """The shape clients see: ``[-1] + dims`` for batching models."""
+        return [-1, *spec.dims] if self.max_batch_size > 0 else list(spec.dims)
+
+
+def _format_shape(shape: list[int] | tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def validate_request(request: InferenceRequest, specs: TensorSpecs, model_name: str) -> None:
+    """Check inputs and requested outputs; set ``request.batch_size``."""
+    for name in request.inputs:
+        if name not in specs.inputs:
+            raise InvalidArgumentError(
+                f"unexpected inference input '{name}' for model '{model_name}'"
+            )
+    required = [n for n, s in specs.inputs.items() if not s.optional]
+    missing = [n for n in required if n not in request.inputs]
+    if missing:
+        got = ", ".join(f"'{n}'" for n in request.inputs)
+        raise InvalidArgumentError(
+            f"expected {len(required)} inputs but got {len(request.inputs)} inputs for model "
+            f"'{model_name}'. Got input(s) [{got}], but missing required input(s) "
+            f"[{', '.join(repr(n) for n in missing)}]. Please provide all required input(s)."
+        )
+
+    batch_size = 0
+    for name, tensor in request.inputs.items():
+        spec = specs.inputs[name]
+        if tensor.datatype is not spec.datatype:
+            raise InvalidArgumentError(
+                f"inference input '{name}' data-type is '{tensor.datatype.wire_name}', but "
+                f"model '{model_name}' expects '{spec.datatype.wire_name}'"
+            )
+        shape = tensor.shape
+        dims = shape
+        if specs.max_batch_size > 0:
+            if not shape:
+                raise _shape_error(name, model_name, specs.full_shape(spec), shape)
+            if batch_size == 0:
+                batch_size = shape[0]
+            elif shape[0] != batch_size:
+                raise InvalidArgumentError(
+                    f"input '{name}' batch size does not match other inputs for '{model_name}'"
+                )
+            dims = shape[1:]
+        if len(dims) != len(spec.dims) or any(
+            want != -1 and want != got for want, got in zip(spec.dims, dims, strict=True)
+        ):
+            raise _shape_error(name, model_name, specs.full_shape(spec), shape)
+
+    if specs.max_batch_size > 0:
+        if batch_size > specs.max_batch_size:
+            raise InvalidArgumentError(
+                f"inference request batch-size must be <= {specs.max_batch_size} for '{model_name}'"
+            )
+        request.batch_size = max(batch_size, 1) if request.inputs else 1
+    else:
+        request.batch_size = 1
+
+    if request.requested_outputs is not None:
+        for name in request.requested_outputs:
+            if name not in specs.outputs:
+                raise InvalidArgumentError(
+                    f"unexpected inference output '{name}' for model '{model_name}'"
+                )
+
+
+def _shape_error(
+    name: str, model_name: str, expected: list[int], got: tuple[int, ...]
+) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"unexpected shape for input '{name}' for model '{model_name}'. "
+        f"Expected {_format_shape(expected)}, got {_format_shape(got)}. "
+    )

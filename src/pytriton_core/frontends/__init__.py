@@ -1,0 +1,1 @@
+"""Front ends: the wire protocols (HTTP/REST, gRPC) in front of the one core."""

@@ -1,0 +1,154 @@
+"""The HTTP front end: an asyncio protocol over httptools and the compiled framing.
+
+One request is handled at a time per connection (HTTP/1.1 pipelining answers in order);
+connections run concurrently. Responses are written as a list of buffers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from typing import cast
+
+import httptools
+
+from pytriton_core._native.http_framing import (
+    BodyTooLargeError,
+    HttpRequest,
+    RequestAssembler,
+    build_response_head,
+)
+from pytriton_core.core.service import InferenceService
+from pytriton_core.errors import ServerError
+from pytriton_core.frontends.http.handlers import build_router
+from pytriton_core.frontends.http.messages import HttpResponse, error_response, plain_error
+from pytriton_core.frontends.http.router import Router
+
+log = logging.getLogger(__name__)
+
+_MAX_PIPELINED = 64  # stop reading from a client that queues more than this
+
+
+class HttpFrontend:
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+        self._router = build_router(service)
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[HttpProtocol] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        max_body = self._service.options.http_max_input_size
+        self._server = await loop.create_server(
+            lambda: HttpProtocol(self._router, max_body, self._connections),
+            host,
+            port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        bound_port: int = self._server.sockets[0].getsockname()[1]
+        log.info("Started HTTPService at %s:%d", host, bound_port)
+        return bound_port
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for connection in list(self._connections):
+            connection.close_when_idle()
+        await self._server.wait_closed()
+
+
+class HttpProtocol(asyncio.Protocol):
+    def __init__(self, router: Router, max_body_size: int, registry: set[HttpProtocol]) -> None:
+        self._router = router
+        self._registry = registry
+        self._assembler = RequestAssembler(max_body_size)
+        self._parser = httptools.HttpRequestParser(self._assembler)
+        self._assembler.attach(self._parser)
+        self._transport: asyncio.Transport | None = None
+        self._pending: deque[HttpRequest] = deque()
+        self._busy = False
+        self._paused = False
+        self._closing = False
+
+    # ------------------------------------------------------------ asyncio
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            # Header and body go out in one writelines; never wait for Nagle.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._registry.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._registry.discard(self)
+        self._transport = None
+        self._pending.clear()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except BodyTooLargeError as exc:
+            self._fail_connection(413, str(exc))
+            return
+        except httptools.HttpParserError as exc:
+            self._fail_connection(400, f"malformed HTTP request: {exc}")
+            return
+        self._pending.extend(self._assembler.drain())
+        if len(self._pending) > _MAX_PIPELINED and not self._paused and self._transport:
+            self._transport.pause_reading()
+            self._paused = True
+        self._start_next()
+
+    def close_when_idle(self) -> None:
+        self._closing = True
+        if not self._busy and self._transport is not None:
+            self._transport.close()
+
+    # ------------------------------------------------------------ requests
+
+    def _start_next(self) -> None:
+        if self._busy or not self._pending:
+            return
+        self._busy = True
+        request = self._pending.popleft()
+        asyncio.get_running_loop().create_task(self._handle(request))
+
+    async def _handle(self, request: HttpRequest) -> None:
+        try:
+            response = await self._router.dispatch(request)
+        except ServerError as exc:
+            response = error_response(exc)
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            response = plain_error(500, "internal server error")
+        self._write(response, request.keep_alive and not self._closing)
+        self._busy = False
+        if self._paused and len(self._pending) <= _MAX_PIPELINED // 2 and self._transport:
+            self._transport.resume_reading()
+            self._paused = False
+        self._start_next()
+
+    def _write(self, response: HttpResponse, keep_alive: bool) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        head = build_response_head(
+            response.status,
+            response.content_type,
+            response.content_length,
+            keep_alive,
+            response.headers,
+        )
+        transport.writelines((head, *response.body))
+        if not keep_alive:
+            transport.close()
+
+    def _fail_connection(self, status: int, message: str) -> None:
+        self._pending.clear()
+        self._write(plain_error(status, message), keep_alive=False)

@@ -1,0 +1,31 @@
+"""The scheduler contract (after Triton's scheduler.h).
+
+Ownership: ``enqueue`` takes the request; from then on the scheduler owns it until an
+instance takes it in a batch from ``next_batch`` (or the scheduler fails it, e.g. on a
+queue timeout). ``next_batch`` is called by the worker thread of each model instance and
+blocks; every idle instance pulls, so work goes to whichever instance is free first.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from pytriton_core.core.request import InferenceRequest
+
+
+class Scheduler(abc.ABC):
+    @abc.abstractmethod
+    def enqueue(self, request: InferenceRequest) -> None:
+        """Queue a validated request; raises a ServerError if it cannot be accepted."""
+
+    @abc.abstractmethod
+    def next_batch(self) -> list[InferenceRequest] | None:
+        """Block until a batch is ready for the calling instance; None once stopped."""
+
+    @abc.abstractmethod
+    def stop(self, instance_count: int) -> None:
+        """Wake every blocked instance with None (call after the queue has drained)."""
+
+    @abc.abstractmethod
+    def pending_count(self) -> int:
+        """Requests accepted but not yet handed to an instance."""

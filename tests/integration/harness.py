@@ -1,0 +1,323 @@
+"""Helpers for integration tests: start pytriton-core or the real Triton on free loopback ports.
+
+    with run_pytriton_server(EXAMPLES_REPOSITORY) as server:
+        client = tritonclient.http.InferenceServerClient(server.http_url)
+
+Both servers run as child processes in their own session, with stdout and stderr captured in a
+log file; a server that fails to become ready, crashes or exits uncleanly raises
+:class:`ServerError` carrying that log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.client
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES_REPOSITORY = REPO_ROOT / "examples" / "model_repository"
+TEST_MODELS_REPOSITORY = Path(__file__).resolve().parent / "models"
+# The shared tools sit beside the project checkout (see ../shared/README.md).
+REAL_TRITON_TOOL = REPO_ROOT.parent / "shared" / "tools" / "real-triton"
+PERF_ANALYZER_INSTALLER = REPO_ROOT / "tools" / "install-perf-analyzer.sh"
+PROJECT_PERF_ANALYZER = REPO_ROOT / ".cache" / "perf-analyzer" / "bin" / "perf_analyzer"
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+LOOPBACK = "127.0.0.1"
+
+
+class ServerError(RuntimeError):
+    """A server under test did not start, or did not stop cleanly; the message holds its log."""
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    """A running server: its process, ``host:port`` URLs (as tritonclient takes them) and log."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    http_url: str
+    grpc_url: str
+    metrics_url: str | None  # None when metrics are off
+    log_path: Path
+
+    def log(self) -> str:
+        """Everything the server wrote to stdout and stderr so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on the loopback interface right now."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:  # all bound at once, so the kernel hands out distinct ports
+            sock.bind((LOOPBACK, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface right now."""
+    return free_ports(1)[0]
+
+
+def real_triton_home() -> Path:
+    """Where ../shared/tools/real-triton/setup.sh installs Triton (``$REAL_TRITON_HOME``)."""
+    return Path(os.environ.get("REAL_TRITON_HOME", "~/.cache/real-triton")).expanduser()
+
+
+def find_perf_analyzer() -> Path | None:
+    """A runnable perf_analyzer: ``$PERF_ANALYZER``, then the project's copy
+    (tools/install-perf-analyzer.sh), then the real-Triton tool's; None if there is none."""
+    candidates = [
+        os.environ.get("PERF_ANALYZER"),
+        PROJECT_PERF_ANALYZER,
+        real_triton_home() / "bin" / "perf_analyzer",
+    ]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK) and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+@functools.cache
+def pytriton_cli_flags() -> frozenset[str]:
+    """The long options ``python -m pytriton_core --help`` lists."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytriton_core", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise ServerError(
+            f"`{sys.executable} -m pytriton_core --help` exited with {result.returncode}:\n"
+            f"{result.stdout}{result.stderr}"
+        )
+    return frozenset(re.findall(r"--[a-z][a-z0-9-]*", result.stdout))
+
+
+def _repository_flags(model_repository: Path | Sequence[Path]) -> list[str]:
+    repositories = [model_repository] if isinstance(model_repository, Path) else model_repository
+    return [f"--model-repository={Path(path).resolve()}" for path in repositories]
+
+
+@contextlib.contextmanager
+def run_pytriton_server(
+    model_repository: Path | Sequence[Path],
+    *extra_flags: str,
+    env: Mapping[str, str] | None = None,
+    metrics: bool = False,
+    timeout: float = READY_TIMEOUT_S,
+) -> Iterator[ServerHandle]:
+    """Run ``python -m pytriton_core`` on free loopback ports until the block ends.
+
+    Metrics are off unless ``metrics``; ``extra_flags`` are appended to the command line and
+    ``env`` is added to this process's environment.
+    """
+    http_port, grpc_port, metrics_port = free_ports(3)
+    supported = pytriton_cli_flags()
+    command = [
+        sys.executable,
+        "-m",
+        "pytriton_core",
+        *_repository_flags(model_repository),
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+    ]
+    for flag in ("--http-address", "--grpc-address", "--metrics-address"):
+        if flag in supported and (metrics or flag != "--metrics-address"):
+            command.append(f"{flag}={LOOPBACK}")
+    if metrics:
+        command.append(f"--metrics-port={metrics_port}")
+    else:
+        command.append("--allow-metrics=false")
+    command.extend(extra_flags)
+    with _run_server(
+        "pytriton-core",
+        command,
+        env=env,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port if metrics else None,
+        timeout=timeout,
+    ) as handle:
+        yield handle
+
+
+def require_real_triton() -> Path:
+    """The real Triton's start.sh; skips the calling test when the tool or install is missing."""
+    start = REAL_TRITON_TOOL / "start.sh"
+    if not start.is_file():
+        pytest.skip(f"the real-Triton tool is not at {REAL_TRITON_TOOL}")
+    home = real_triton_home()
+    if not (home / "dist" / "bin" / "tritonserver").is_file():
+        pytest.skip(
+            f"the real Triton is not installed under {home} ($REAL_TRITON_HOME): "
+            f"run {REAL_TRITON_TOOL / 'setup.sh'}"
+        )
+    return start
+
+
+@contextlib.contextmanager
+def run_real_triton(
+    model_repository: Path | Sequence[Path],
+    *extra_flags: str,
+    env: Mapping[str, str] | None = None,
+    metrics: bool = False,
+    timeout: float = READY_TIMEOUT_S,
+) -> Iterator[ServerHandle]:
+    """Run the real Triton (../shared/tools/real-triton/start.sh) on free loopback ports.
+
+    Skips the calling test when the tool or the Triton install is missing. Same options as
+    :func:`run_pytriton_server`.
+    """
+    start = require_real_triton()
+    http_port, grpc_port, metrics_port = free_ports(3)
+    command = [
+        "bash",
+        str(start),
+        *_repository_flags(model_repository),
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        # Triton binds its metrics port even with metrics off: give it a free one.
+        f"--metrics-port={metrics_port}",
+        # On SIGTERM Triton waits up to this long for open client connections (idle keep-alive
+        # ones included) before it exits; its default of 30 s outlasts STOP_TIMEOUT_S.
+        "--exit-timeout-secs=3",
+    ]
+    if not metrics:
+        command.append("--allow-metrics=false")
+    command.extend(extra_flags)
+    with _run_server(
+        "real Triton",
+        command,
+        env=env,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port if metrics else None,
+        timeout=timeout,
+        # Triton exits with 1 ("Exit timeout expired") when a client still holds an idle
+        # keep-alive connection; that says nothing about the behaviour under test.
+        check_exit=False,
+    ) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def _run_server(
+    name: str,
+    command: list[str],
+    *,
+    env: Mapping[str, str] | None,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int | None,
+    timeout: float,
+    check_exit: bool = True,
+) -> Iterator[ServerHandle]:
+    log_dir = Path(tempfile.mkdtemp(prefix="pytriton-it-"))
+    log_path = log_dir / "server.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env is not None else None,
+            cwd=REPO_ROOT,
+            # Its own process group, so stopping it also stops what it spawned (Triton's
+            # Python-backend stubs, model worker processes).
+            start_new_session=True,
+        )
+    handle = ServerHandle(
+        name=name,
+        process=process,
+        http_url=f"{LOOPBACK}:{http_port}",
+        grpc_url=f"{LOOPBACK}:{grpc_port}",
+        metrics_url=f"{LOOPBACK}:{metrics_port}" if metrics_port is not None else None,
+        log_path=log_path,
+    )
+    try:
+        _wait_until_ready(handle, timeout)
+    except BaseException:
+        _stop(process)
+        _print_log(handle)
+        raise
+    try:
+        yield handle
+    except BaseException:
+        _stop(process)
+        _print_log(handle)
+        raise
+    returncode = _stop(process)
+    if check_exit and returncode not in (0, -signal.SIGTERM):
+        _print_log(handle)
+        raise ServerError(f"{name} exited with {returncode} when stopped:\n{handle.log()}")
+    shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _wait_until_ready(handle: ServerHandle, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if handle.process.poll() is not None:
+            raise ServerError(
+                f"{handle.name} exited with {handle.process.returncode} before it was ready:\n"
+                f"{handle.log()}"
+            )
+        if _http_status(handle.http_url, "/v2/health/ready") == 200:
+            return
+        if time.monotonic() > deadline:
+            raise ServerError(
+                f"{handle.name} was not ready after {timeout:.0f} s "
+                f"(GET http://{handle.http_url}/v2/health/ready):\n{handle.log()}"
+            )
+        time.sleep(0.1)
+
+
+def _http_status(url: str, path: str) -> int | None:
+    host, port = url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=2)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    except OSError:
+        return None
+    finally:
+        connection.close()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> int:
+    """SIGTERM the server, SIGKILL its whole process group after STOP_TIMEOUT_S."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(
+                f"server pid {process.pid} ignored SIGTERM for {STOP_TIMEOUT_S:.0f} s: SIGKILL",
+                file=sys.stderr,
+            )
+            # Still running, so its pid (= the group id of its own session) is not reused yet.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return process.wait()
+
+
+def _print_log(handle: ServerHandle) -> None:
+    print(f"----- {handle.name} log ({handle.log_path}) -----\n{handle.log()}", file=sys.stderr)
