@@ -11,6 +11,7 @@ import asyncio
 import enum
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming, ModelStatistics
 from pytriton_core.core.validation import TensorSpecs, validate_request
 from pytriton_core.errors import ServerError, UnavailableError
-from pytriton_core.scheduling.base import Scheduler
+from pytriton_core.scheduling import create_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +71,21 @@ class Model:
     def start(
         self,
         backend_model: BackendModel,
-        scheduler: Scheduler,
         instance_specs: Sequence[InstanceSpec],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         """Create the instances (blocking: call from a worker thread, not the loop)."""
         self._loop = loop
         self._backend_model = backend_model
-        self._scheduler = scheduler
+        self._scheduler = create_scheduler(self.config_json, self._reject_threadsafe)
         self._instances: list[ModelInstance] = []
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
+        preserve = self.config_json.get("dynamic_batching", {}).get("preserve_ordering", False)
+        # Requests in arrival order, when responses must leave in that order.
+        self._release_order: deque[InferenceRequest] | None = deque() if preserve else None
+        self._held: dict[int, InferenceResponse] = {}
+        scheduler = self._scheduler
         for spec in instance_specs:
             instance = ModelInstance(
                 spec, backend_model, scheduler, self._batch_done, loop.call_soon_threadsafe
@@ -103,8 +108,24 @@ class Model:
             raise exc.with_request_id(request.id) from None
         request.loop = self._loop
         request.queue_start_ns = time.monotonic_ns()
-        self._scheduler.enqueue(request)
+        try:
+            self._scheduler.enqueue(request)
+        except ServerError as exc:
+            self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns())
+            raise exc.with_request_id(request.id) from None
         self._in_flight += 1
+        if self._release_order is not None:
+            self._release_order.append(request)
+
+    def _reject_threadsafe(self, request: InferenceRequest, error: ServerError) -> None:
+        """The scheduler gave up on a queued request (e.g. its queue timeout expired)."""
+        self._loop.call_soon_threadsafe(self._finish_rejected, request, error)
+
+    def _finish_rejected(self, request: InferenceRequest, error: ServerError) -> None:
+        self._in_flight -= 1
+        self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns())
+        self._release(request, InferenceResponse.failed(error.with_request_id(request.id)))
+        self._signal_if_drained()
 
     def _batch_done(
         self,
@@ -117,8 +138,10 @@ class Model:
         end_ns = time.monotonic_ns()
         for request, response in zip(batch, responses, strict=True):
             self._in_flight -= 1
-            if response is None:
-                continue  # answered through its response sender
+            if response is None:  # answered through its response sender
+                if self._release_order is not None:
+                    self._release_order.remove(request)
+                continue
             if response.error is None:
                 response = self._apply_classification(request, response)
             if response.error is None:
@@ -128,7 +151,21 @@ class Model:
             else:
                 stats.record_request_failure(request.arrival_ns, end_ns)
                 response.error = response.error.with_request_id(request.id)
+            self._release(request, response)
+        self._signal_if_drained()
+
+    def _release(self, request: InferenceRequest, response: InferenceResponse) -> None:
+        """Deliver a final response, after every earlier one when ordering is preserved."""
+        order = self._release_order
+        if order is None:
             request.deliver(response, True)
+            return
+        self._held[id(request)] = response
+        while order and id(order[0]) in self._held:
+            head = order.popleft()
+            head.deliver(self._held.pop(id(head)), True)
+
+    def _signal_if_drained(self) -> None:
         if self._in_flight == 0 and self._drained is not None:
             self._drained.set()
 

@@ -22,14 +22,12 @@ from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.core.model import Model, ModelState
 from pytriton_core.errors import (
     InvalidArgumentError,
-    ModelConfigError,
     NotFoundError,
     ServerError,
     UnavailableError,
 )
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.scan import scan_repositories
-from pytriton_core.scheduling.default import DefaultScheduler
 
 log = logging.getLogger(__name__)
 
@@ -218,10 +216,6 @@ class ModelManager:
         model_config.normalize_config(config)
         model_config.validate_config(config)
         versions = model_config.select_versions(config, available)
-        if not versions:
-            raise ModelConfigError(
-                f"at least one version must be available under the version policy of model '{name}'"
-            )
         return config, model_config.config_to_json_dict(config), versions
 
     def _location(self, name: str, model_dir: Path, version: int, config: Message) -> ModelLocation:
@@ -237,11 +231,11 @@ class ModelManager:
     def _start_version(
         self, name: str, version: int, model_dir: Path, config: Message, config_json: dict[str, Any]
     ) -> Model:
-        backend = self._backends.get(str(config.backend))  # type: ignore[attr-defined]
+        backend = self._backends.get(str(config.backend))
         location = self._location(name, model_dir, version, config)
         backend_model = backend.load_model(config, config_json, location)
         model = Model(name, version, config, config_json, model_dir)
-        model.start(backend_model, DefaultScheduler(), instance_specs(config_json), self._loop)
+        model.start(backend_model, instance_specs(config_json), self._loop)
         return model
 
 

@@ -1,0 +1,250 @@
+"""Triton's dynamic batcher: queued requests are merged into batches for idle instances.
+
+Batches form from the head of the queue (highest priority level first, FIFO within a
+level), up to ``max_batch_size``, never merging requests whose shape-checked inputs differ.
+A batch leaves at once when it reaches a preferred size, is cut short by the size limit or
+a shape change, or when ``max_queue_delay_microseconds`` has passed for its oldest request;
+otherwise the instance waits for more requests. Instances call ``next_batch`` from their
+worker threads, so all state is guarded by one condition variable.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.errors import ServerError, UnavailableError
+from pytriton_core.scheduling.base import Scheduler
+
+RejectRequest = Callable[[InferenceRequest, ServerError], None]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    delay_on_timeout: bool = False  # timeout_action DELAY (else REJECT)
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0  # 0: unbounded
+
+    @classmethod
+    def from_json(cls, policy: Mapping[str, Any] | None) -> QueuePolicy:
+        if not policy:
+            return cls()
+        return cls(
+            delay_on_timeout=policy.get("timeout_action") == "DELAY",
+            default_timeout_us=int(policy.get("default_timeout_microseconds", 0)),
+            allow_timeout_override=bool(policy.get("allow_timeout_override", False)),
+            max_queue_size=int(policy.get("max_queue_size", 0)),
+        )
+
+    def timeout_us(self, requested_us: int) -> int:
+        # A request may only shorten the model's timeout, and only when allowed to.
+        if self.allow_timeout_override and 0 < requested_us < self.default_timeout_us:
+            return requested_us
+        return self.default_timeout_us
+
+
+@dataclass(frozen=True)
+class BatchingSettings:
+    max_batch_size: int
+    preferred_batch_sizes: frozenset[int]
+    max_queue_delay_ns: int
+    preserve_ordering: bool
+    priority_levels: int  # 0: a single level
+    default_priority_level: int
+    policies: Mapping[int, QueuePolicy]  # level -> policy
+    shape_checked_inputs: frozenset[str]
+
+    @classmethod
+    def from_config_json(cls, config: Mapping[str, Any]) -> BatchingSettings:
+        batching = config.get("dynamic_batching", {})
+        max_batch_size = max(1, int(config.get("max_batch_size", 0)))
+        levels = int(batching.get("priority_levels", 0))
+        default_level = int(batching.get("default_priority_level", 0)) or 1
+        default_policy = QueuePolicy.from_json(batching.get("default_queue_policy"))
+        overrides = batching.get("priority_queue_policy", {})
+        policies = {
+            level: QueuePolicy.from_json(overrides.get(str(level)))
+            if str(level) in overrides
+            else default_policy
+            for level in range(1, max(levels, 1) + 1)
+        }
+        # Inputs with a variable dim must match across a batch unless ragged batching is on.
+        checked = frozenset(
+            entry["name"]
+            for entry in config.get("input", ())
+            if (-1 in [int(d) for d in entry.get("dims", ())] or entry.get("is_shape_tensor"))
+            and not entry.get("allow_ragged_batch", False)
+        )
+        return cls(
+            max_batch_size=max_batch_size,
+            preferred_batch_sizes=frozenset(
+                int(s) for s in batching.get("preferred_batch_size", ())
+            ),
+            max_queue_delay_ns=int(batching.get("max_queue_delay_microseconds", 0)) * 1000,
+            preserve_ordering=bool(batching.get("preserve_ordering", False)),
+            priority_levels=levels,
+            default_priority_level=default_level if levels else 1,
+            policies=policies,
+            shape_checked_inputs=checked,
+        )
+
+
+@dataclass(slots=True)
+class _Entry:
+    request: InferenceRequest
+    deadline_ns: int  # 0: no queue timeout
+
+
+@dataclass(slots=True)
+class _Level:
+    policy: QueuePolicy
+    waiting: deque[_Entry]
+    delayed: deque[_Entry]  # timed out under the DELAY action: behind everything else
+
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.delayed)
+
+
+class DynamicBatchScheduler(Scheduler):
+    def __init__(self, settings: BatchingSettings, reject: RejectRequest) -> None:
+        self._settings = settings
+        self._reject = reject
+        self._levels = [
+            _Level(settings.policies[level], deque(), deque())
+            for level in sorted(settings.policies)
+        ]
+        self._count = 0
+        self._stopping = False
+        self._cond = threading.Condition()
+
+    def enqueue(self, request: InferenceRequest) -> None:
+        levels = len(self._levels)
+        level = (
+            request.priority
+            if 1 <= request.priority <= levels
+            else (self._settings.default_priority_level)
+        )
+        queue = self._levels[level - 1]
+        policy = queue.policy
+        timeout_us = policy.timeout_us(request.timeout_us)
+        deadline = request.queue_start_ns + timeout_us * 1000 if timeout_us else 0
+        with self._cond:
+            if policy.max_queue_size and len(queue) >= policy.max_queue_size:
+                raise UnavailableError("Exceeds maximum queue size")
+            queue.waiting.append(_Entry(request, deadline))
+            self._count += 1
+            self._cond.notify()
+
+    def next_batch(self) -> list[InferenceRequest] | None:
+        with self._cond:
+            while not self._stopping:
+                now = time.monotonic_ns()
+                self._expire(now)
+                batch, wait_ns = self._form_batch(now)
+                if batch:
+                    self._count -= len(batch)
+                    if self._count:
+                        self._cond.notify()  # another idle instance may take the rest
+                    return batch
+                self._cond.wait(None if wait_ns is None else wait_ns / 1e9)
+            return None
+
+    def stop(self, instance_count: int) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    def pending_count(self) -> int:
+        return self._count
+
+    # ------------------------------------------------------------ internals
+
+    def _entries(self) -> Iterator[tuple[deque[_Entry], _Entry]]:
+        for level in self._levels:
+            for entry in level.waiting:
+                yield level.waiting, entry
+            for entry in level.delayed:
+                yield level.delayed, entry
+
+    def _expire(self, now: int) -> None:
+        for level in self._levels:
+            if not level.waiting or not any(
+                e.deadline_ns and e.deadline_ns <= now for e in level.waiting
+            ):
+                continue
+            kept: deque[_Entry] = deque()
+            for entry in level.waiting:
+                if not entry.deadline_ns or entry.deadline_ns > now:
+                    kept.append(entry)
+                elif level.policy.delay_on_timeout:
+                    entry.deadline_ns = 0
+                    level.delayed.append(entry)
+                else:
+                    self._count -= 1
+                    self._reject(entry.request, UnavailableError("Request timeout expired"))
+            level.waiting = kept
+
+    def _shape_key(self, request: InferenceRequest) -> tuple[object, ...]:
+        checked = self._settings.shape_checked_inputs
+        return (
+            tuple(request.inputs),  # optional inputs: the same set of inputs
+            tuple(
+                (name, tensor.shape[1:])
+                for name, tensor in request.inputs.items()
+                if name in checked
+            ),
+        )
+
+    def _form_batch(self, now: int) -> tuple[list[InferenceRequest], int | None]:
+        settings = self._settings
+        chosen: list[tuple[deque[_Entry], _Entry]] = []
+        size = 0
+        preferred_len = 0
+        cut_short = False
+        first_key: tuple[object, ...] | None = None
+        for queue, entry in self._entries():
+            request = entry.request
+            if size + request.batch_size > settings.max_batch_size:
+                cut_short = True
+                break
+            key = self._shape_key(request)
+            if first_key is None:
+                first_key = key
+            elif key != first_key:
+                cut_short = True
+                break
+            chosen.append((queue, entry))
+            size += request.batch_size
+            if size in settings.preferred_batch_sizes:
+                preferred_len = len(chosen)
+            if size == settings.max_batch_size:
+                cut_short = True
+                break
+        if not chosen:
+            return [], self._next_deadline_in(now)
+        waited = now - chosen[0][1].request.queue_start_ns
+        delay_over = waited >= settings.max_queue_delay_ns
+        if preferred_len and not delay_over:
+            take = chosen[:preferred_len]
+        elif cut_short or delay_over:
+            take = chosen
+        else:
+            wait = settings.max_queue_delay_ns - waited
+            deadline = self._next_deadline_in(now)
+            return [], wait if deadline is None else min(wait, deadline)
+        for queue, entry in take:
+            popped = queue.popleft()
+            assert popped is entry
+        return [entry.request for _, entry in take], None
+
+    def _next_deadline_in(self, now: int) -> int | None:
+        deadlines = [
+            e.deadline_ns for level in self._levels for e in level.waiting if e.deadline_ns
+        ]
+        return max(0, min(deadlines) - now) if deadlines else None
