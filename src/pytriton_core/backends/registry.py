@@ -27,9 +27,9 @@ class BackendRegistry:
         self._created: dict[str, Backend] = {}
 
     def get(self, name: str) -> Backend:
-        backend = self._created.get(name)
-        if backend is not None:
-            return backend
+        existing = self._created.get(name)
+        if existing is not None:
+            return existing
         entry = BACKENDS.get(name)
         if entry is None:
             known = ", ".join(sorted(BACKENDS))
