@@ -10,7 +10,7 @@ from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError
 from pytriton_core.frontends.http import HttpFrontend
-from pytriton_core.options import ServerOptions
+from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ class Server:
         self._http: HttpFrontend | None = None
         self._service: InferenceService | None = None
         self.http_port: int | None = None
+        self._poller: asyncio.Task[None] | None = None
 
     @property
     def service(self) -> InferenceService:
@@ -43,6 +44,10 @@ class Server:
         if failed and self.options.exit_on_error:
             await manager.unload_all()
             raise InternalError(f"failed to load all models: {', '.join(sorted(failed))}")
+        if self.options.model_control_mode is ModelControlMode.POLL:
+            self._poller = asyncio.get_running_loop().create_task(
+                manager.poll_forever(self.options.repository_poll_secs)
+            )
         if self.options.allow_http:
             self._http = HttpFrontend(self._service)
             self.http_port = await self._http.start(
@@ -59,6 +64,8 @@ class Server:
         if self._service is None:
             return
         self._service.exiting = True
+        if self._poller is not None:
+            self._poller.cancel()
         if self._http is not None:
             await self._http.stop()
         await self._service.manager.unload_all()

@@ -7,20 +7,24 @@ returned values in its own wire format.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from pytriton_core import __version__
+from pytriton_core.config import config_from_json
 from pytriton_core.core.model import Model
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import Duration, ModelStatistics
 from pytriton_core.errors import InternalError, InvalidArgumentError, UnavailableError
-from pytriton_core.options import ServerOptions
+from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
 
 # Triton's order (core/src/server.cc); listed only once their feature exists here.
 EXTENSIONS = (
     "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
     "model_configuration",
     "binary_tensor_data",
     "parameters",
@@ -128,6 +132,26 @@ class InferenceService:
         request.on_response = collect
         model.submit(request)
         return await done
+
+    # ---------------------------------------------------- model repository
+
+    def _require_explicit_mode(self) -> None:
+        if self.options.model_control_mode is not ModelControlMode.EXPLICIT:
+            raise UnavailableError(
+                "explicit model load / unload is not allowed if polling is enabled"
+            )
+
+    async def load_model(
+        self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
+        self._require_explicit_mode()
+        override = config_from_json(config_json) if config_json else None
+        await self.manager.load(name, override, files)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self._require_explicit_mode()
+        await self.manager.unload(name)
 
     # --------------------------------------------------------- statistics
 

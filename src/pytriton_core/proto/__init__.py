@@ -22,6 +22,7 @@ from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.message import Message
 
 __all__ = [
+    "DESCRIPTOR_SET_PATH",
     "GRPC_INFERENCE_SERVICE",
     "HEALTH_SERVICE",
     "POOL",

@@ -27,7 +27,8 @@ from pytriton_core.errors import (
     UnavailableError,
 )
 from pytriton_core.options import ModelControlMode, ServerOptions
-from pytriton_core.repository.scan import scan_repositories
+from pytriton_core.repository.overrides import OverrideDirectory
+from pytriton_core.repository.scan import ScanResult, scan_repositories
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class IndexEntry:
 class _VersionStatus:
     state: ModelState
     reason: str = ""
+    unloaded: bool = False  # unloaded on request: strict readiness ignores it
 
 
 class ModelManager:
@@ -62,6 +64,9 @@ class ModelManager:
         # What the index reports, failures included; None as version: the whole model.
         self._status: dict[str, dict[int | None, _VersionStatus]] = {}
         self._known: dict[str, Path] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._fingerprints: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        self._override_dirs: dict[str, OverrideDirectory] = {}
 
     # ----------------------------------------------------------------- lookups
 
@@ -119,7 +124,7 @@ class ModelManager:
         """Strict readiness: every model loaded and every one of its versions ready."""
         for statuses in self._status.values():
             for status in statuses.values():
-                if status.state is not ModelState.READY:
+                if status.state is not ModelState.READY and not status.unloaded:
                     return False
         return True
 
@@ -127,6 +132,79 @@ class ModelManager:
 
     async def load_startup_models(self) -> list[str]:
         """Load what the control mode asks for at start; returns the names that failed."""
+        scan = self._rescan()
+        names = sorted(scan.models)
+        if self._options.model_control_mode is ModelControlMode.EXPLICIT:
+            wanted = self._options.load_models
+            names = names if "*" in wanted else [n for n in wanted if n in scan.models]
+            for name in (n for n in wanted if n != "*" and n not in scan.models):
+                self._status[name] = {
+                    None: _VersionStatus(
+                        ModelState.UNAVAILABLE, f"model '{name}' not found in any repository"
+                    )
+                }
+        errors = await asyncio.gather(*(self._load_locked(name) for name in names))
+        failed = [name for name, error in zip(names, errors, strict=True) if error]
+        for name in failed + list(scan.conflicts):
+            log.error("failed to load '%s'", name)
+        return (
+            failed
+            + list(scan.conflicts)
+            + [n for n in self._options.load_models if n in self._status and n not in scan.models]
+        )
+
+    async def load(
+        self,
+        name: str,
+        config_override: Message | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Load or reload a model (the repository extension); raises on failure."""
+        if files and config_override is None:
+            raise InvalidArgumentError(
+                f"failed to load '{name}': file overrides require the 'config' parameter"
+            )
+        if not files:
+            self._rescan()
+            if name not in self._known:
+                raise InvalidArgumentError(
+                    f"failed to load '{name}', failed to poll from model repository"
+                )
+        error = await self._load_locked(name, config_override, files)
+        if error:
+            raise InvalidArgumentError(f"failed to load '{name}': {error}")
+
+    async def unload(self, name: str) -> None:
+        """Unload every version of a model; unknown names are ignored, as Triton does."""
+        async with self._lock(name):
+            await self._unload_unlocked(name)
+
+    async def unload_all(self) -> None:
+        await asyncio.gather(*(self.unload(name) for name in list(self._models)))
+
+    async def poll_forever(self, interval_s: float) -> None:
+        """POLL mode: apply added, changed and removed models every ``interval_s``."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("polling the model repository failed")
+
+    async def poll_once(self) -> None:
+        scan = self._rescan()
+        for name in sorted(set(self._models) - set(scan.models)):
+            log.info("model '%s' removed from the repository: unloading", name)
+            await self.unload(name)
+        for name, model_dir in sorted(scan.models.items()):
+            fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
+            if self._fingerprints.get(name) != fingerprint:
+                log.info("model '%s' added or changed: loading", name)
+                await self._load_locked(name)
+
+    # ------------------------------------------------------------ loading
+
+    def _rescan(self) -> ScanResult:
         scan = scan_repositories(self._options.model_repositories)
         self._known = dict(scan.models)
         for name, dirs in scan.conflicts.items():
@@ -137,73 +215,102 @@ class ModelManager:
                     f"model '{name}' appears in several repositories: {where}",
                 )
             }
-        names = sorted(scan.models)
-        if self._options.model_control_mode is ModelControlMode.EXPLICIT:
-            wanted = self._options.load_models
-            names = names if "*" in wanted else [n for n in wanted if n in scan.models]
-            missing = [n for n in wanted if n != "*" and n not in scan.models]
-            for name in missing:
-                self._status[name] = {
-                    None: _VersionStatus(
-                        ModelState.UNAVAILABLE, f"model '{name}' not found in any repository"
-                    )
-                }
-        results = await asyncio.gather(*(self.load(name) for name in names))
-        failed = [name for name, ok in zip(names, results, strict=True) if not ok]
-        return failed + list(scan.conflicts)
+        return scan
 
-    async def load(self, name: str) -> bool:
-        """Load (or reload) every selected version of a model; False if it failed."""
-        model_dir = self._known.get(name)
-        if model_dir is None:
-            raise InvalidArgumentError(
-                f"failed to load '{name}', failed to poll from model repository"
-            )
-        self._status[name] = {None: _VersionStatus(ModelState.LOADING)}
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _load_locked(
+        self,
+        name: str,
+        config_override: Message | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> str | None:
+        async with self._lock(name):
+            override = OverrideDirectory(name, files) if files else None
+            model_dir = override.model_dir if override else self._known[name]
+            error = await self._load_unlocked(name, model_dir, config_override)
+            previous = self._override_dirs.pop(name, None)
+            if error and override is not None:
+                override.cleanup()
+                if previous is not None:
+                    self._override_dirs[name] = previous
+            else:
+                if previous is not None:
+                    previous.cleanup()
+                if override is not None:
+                    self._override_dirs[name] = override
+            return error
+
+    async def _load_unlocked(
+        self, name: str, model_dir: Path, config_override: Message | None
+    ) -> str | None:
+        """Load the versions, then swap them in; the old ones keep serving until then."""
+        if name not in self._models:
+            self._status[name] = {None: _VersionStatus(ModelState.LOADING)}
+        self._fingerprints[name] = await asyncio.to_thread(_fingerprint, model_dir)
         try:
-            config, config_json, versions = await asyncio.to_thread(self._prepare, name, model_dir)
+            config, config_json, versions = await asyncio.to_thread(
+                self._prepare, name, model_dir, config_override
+            )
         except ServerError as exc:
             log.error("failed to load '%s': %s", name, exc.message)
-            self._status[name] = {None: _VersionStatus(ModelState.UNAVAILABLE, exc.message)}
-            return False
-        self._status[name] = {v: _VersionStatus(ModelState.LOADING) for v in versions}
+            if name not in self._models:
+                self._status[name] = {None: _VersionStatus(ModelState.UNAVAILABLE, exc.message)}
+            return exc.message
         loaded: dict[int, Model] = {}
-        ok = True
+        statuses: dict[int | None, _VersionStatus] = {}
+        errors: list[str] = []
         for version in versions:
             try:
                 loaded[version] = await asyncio.to_thread(
                     self._start_version, name, version, model_dir, config, config_json
                 )
-                self._status[name][version] = _VersionStatus(ModelState.READY)
+                statuses[version] = _VersionStatus(ModelState.READY)
                 log.info("successfully loaded '%s' version %d", name, version)
             except Exception as exc:
                 message = (
                     exc.message if isinstance(exc, ServerError) else f"{type(exc).__name__}: {exc}"
                 )
                 log.error("failed to load '%s' version %d: %s", name, version, message)
-                self._status[name][version] = _VersionStatus(ModelState.UNAVAILABLE, message)
-                ok = False
+                statuses[version] = _VersionStatus(ModelState.UNAVAILABLE, message)
+                errors.append(f"version {version}: {message}")
+        if not loaded and name in self._models:
+            return "; ".join(errors)  # a failed reload leaves the old versions serving
         previous = self._models.get(name, {})
         self._models[name] = loaded
+        self._status[name] = statuses
         for model in previous.values():
             await model.stop(self._options.exit_timeout_secs)
-        return ok
+        return "; ".join(errors) or None
 
-    async def unload(self, name: str) -> None:
+    async def _unload_unlocked(self, name: str) -> None:
         versions = self._models.pop(name, {})
+        statuses = self._status.setdefault(name, {})
         for model in versions.values():
-            self._status[name][model.version] = _VersionStatus(ModelState.UNLOADING)
+            statuses[model.version] = _VersionStatus(ModelState.UNLOADING)
         for model in versions.values():
             await model.stop(self._options.exit_timeout_secs)
-            self._status[name][model.version] = _VersionStatus(ModelState.UNAVAILABLE, "unloaded")
-
-    async def unload_all(self) -> None:
-        await asyncio.gather(*(self.unload(name) for name in list(self._models)))
+            statuses[model.version] = _VersionStatus(
+                ModelState.UNAVAILABLE, "unloaded", unloaded=True
+            )
+        statuses.pop(None, None)
+        self._fingerprints.pop(name, None)
+        override = self._override_dirs.pop(name, None)
+        if override is not None:
+            override.cleanup()
 
     # ------------------------------------------------------------ internals
 
-    def _prepare(self, name: str, model_dir: Path) -> tuple[Message, dict[str, Any], list[int]]:
-        config = model_config.read_model_config(model_dir, self._options.model_config_name)
+    def _prepare(
+        self, name: str, model_dir: Path, config_override: Message | None
+    ) -> tuple[Message, dict[str, Any], list[int]]:
+        config: Message | None
+        if config_override is not None:
+            config = proto.ModelConfig()
+            config.CopyFrom(config_override)
+        else:
+            config = model_config.read_model_config(model_dir, self._options.model_config_name)
         if config is None:
             config = proto.ModelConfig()
         model_config.fill_server_side_fields(config, name, model_dir)
@@ -253,3 +360,14 @@ def instance_specs(config_json: Mapping[str, Any]) -> list[InstanceSpec]:
                 specs.append(InstanceSpec(f"{group['name']}_{index}", kind, device))
                 index += 1
     return specs
+
+
+def _fingerprint(model_dir: Path) -> tuple[tuple[str, int, int], ...]:
+    """What changes when any file of the model changes (POLL mode)."""
+    entries = []
+    for path in sorted(model_dir.rglob("*")):
+        if "__pycache__" in path.parts:
+            continue
+        stat = path.stat()
+        entries.append((str(path.relative_to(model_dir)), stat.st_mtime_ns, stat.st_size))
+    return tuple(entries)

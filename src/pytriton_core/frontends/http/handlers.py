@@ -6,11 +6,14 @@ Errors raised by the core are ServerErrors; ``HttpFrontend`` maps them to a stat
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 import orjson
 
 from pytriton_core.config import config_to_json_dict
 from pytriton_core.core.service import InferenceService
-from pytriton_core.errors import InvalidArgumentError, UnsupportedError
+from pytriton_core.errors import InternalError, InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http import compression
 from pytriton_core.frontends.http.infer_codec import decode_infer_request, encode_infer_response
 from pytriton_core.frontends.http.messages import (
@@ -20,8 +23,11 @@ from pytriton_core.frontends.http.messages import (
     plain_error,
 )
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
+from pytriton_core.repository.overrides import FILE_PREFIX
 
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[0-9]+))?"
+# A named repository ("/v2/repository/<name>/...") is not supported, as in Triton.
+_REPOSITORY = r"/v2/repository(?:/(?P<repository>[^/]+))?"
 _SHM_ACTIONS = r"(?:/region/[^/]+)?/(?:status|register|unregister)"
 _UNSUPPORTED_EXTENSIONS = {
     "system shared memory": r"/v2/systemsharedmemory" + _SHM_ACTIONS,
@@ -78,20 +84,12 @@ def build_router(service: InferenceService) -> Router:
         return compression.encode_response(http_response, request.headers.get("accept-encoding"))
 
     async def repository_index(request: Request, match: RouteMatch) -> HttpResponse:
-        ready_only = False
-        if len(request.body):
-            try:
-                document = orjson.loads(request.body)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidArgumentError(
-                    f"failed to parse the request JSON buffer: {exc}"
-                ) from None
-            ready = document.get("ready", False) if isinstance(document, dict) else None
-            if not isinstance(ready, bool):
-                raise InvalidArgumentError("Unable to parse 'ready', expecting a bool")
-            ready_only = ready
+        _reject_named_repository(match)
+        ready = _json_body(request).get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidArgumentError("Unable to parse 'ready', expecting a bool")
         entries = []
-        for entry in service.manager.index(ready_only):
+        for entry in service.manager.index(ready):
             item: dict[str, str] = {"name": entry.name}
             if entry.version is not None:
                 item["version"] = str(entry.version)
@@ -102,8 +100,32 @@ def build_router(service: InferenceService) -> Router:
             entries.append(item)
         return json_response(entries)
 
-    async def repository_control(request: Request, match: RouteMatch) -> HttpResponse:
-        raise UnsupportedError("explicit model load / unload is not allowed if polling is enabled")
+    async def repository_load(request: Request, match: RouteMatch) -> HttpResponse:
+        _reject_named_repository(match)
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, value in _body_parameters(request).items():
+            if key == "config" and isinstance(value, str):
+                config = value
+            elif key.startswith(FILE_PREFIX) and isinstance(value, str):
+                try:
+                    files[key] = base64.b64decode(value, validate=True)
+                except binascii.Error:
+                    raise InvalidArgumentError(
+                        f"file override '{key}' is not valid base64"
+                    ) from None
+            else:
+                raise InternalError("unexpected error on creating Triton parameter")
+        await service.load_model(match.get("model") or "", config, files)
+        return EMPTY_OK
+
+    async def repository_unload(request: Request, match: RouteMatch) -> HttpResponse:
+        _reject_named_repository(match)
+        value = _body_parameters(request).get("unload_dependents", False)
+        if not isinstance(value, bool):
+            raise InvalidArgumentError("Unable to parse 'unload_dependents', expecting a bool")
+        await service.unload_model(match.get("model") or "", value)
+        return EMPTY_OK
 
     router.add(r"/v2/health/live", GET=live)
     router.add(r"/v2/health/ready", GET=ready)
@@ -114,8 +136,9 @@ def build_router(service: InferenceService) -> Router:
     router.add(_MODEL + r"/config", GET=model_config)
     router.add(_MODEL + r"/stats", GET=model_stats)
     router.add(_MODEL + r"/infer", POST=infer)
-    router.add(r"/v2/repository/index", POST=repository_index)
-    router.add(r"/v2/repository/models/[^/]+/(?:load|unload)", POST=repository_control)
+    router.add(_REPOSITORY + r"/index", POST=repository_index)
+    router.add(_REPOSITORY + r"/models/(?P<model>[^/]+)/load", POST=repository_load)
+    router.add(_REPOSITORY + r"/models/(?P<model>[^/]+)/unload", POST=repository_unload)
     for feature, pattern in _UNSUPPORTED_EXTENSIONS.items():
         router.add(pattern, GET=_unsupported(feature), POST=_unsupported(feature))
     return router
@@ -126,6 +149,32 @@ def _unsupported(feature: str):  # type: ignore[no-untyped-def]
         raise UnsupportedError(f"the {feature} extension is not supported by this server yet")
 
     return handler
+
+
+def _reject_named_repository(match: RouteMatch) -> None:
+    if match.get("repository"):
+        raise UnsupportedError("'repository_name' specification is not supported")
+
+
+def _json_body(request: Request) -> dict[str, object]:
+    """An optional JSON object body; an empty body reads as ``{}``."""
+    if not len(request.body):
+        return {}
+    try:
+        document = orjson.loads(request.body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgumentError("the request body must be a JSON object")
+    return document
+
+
+def _body_parameters(request: Request) -> dict[str, object]:
+    """The ``parameters`` object of the load / unload body."""
+    parameters = _json_body(request).get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError("'parameters' must be a JSON object")
+    return parameters
 
 
 def _header_length(request: Request, body_length: int) -> int | None:
