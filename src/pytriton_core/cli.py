@@ -13,7 +13,7 @@ import uvloop
 
 from pytriton_core.errors import ServerError
 from pytriton_core.options import ModelControlMode, ServerOptions, bundled_repository
-from pytriton_core.server import Server
+from pytriton_core.server import ServerRuntime
 
 log = logging.getLogger("pytriton_core")
 
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        uvloop.run(Server(options).run_until_signalled())
+        uvloop.run(ServerRuntime(options).run_until_signalled())
     except ServerError as exc:
         log.error("%s", exc.message)
         return 1

@@ -16,11 +16,11 @@ from pytriton_core.repository.manager import ModelManager
 log = logging.getLogger(__name__)
 
 
-class Server:
-    """A running server on the current event loop.
+class ServerRuntime:
+    """The server on the current event loop: ``await start()``, serve, ``await stop()``.
 
-    >>> server = Server(ServerOptions(model_repositories=(path,), http_port=0))
-    >>> await server.start(); ...; await server.stop()
+    The CLI runs it on the main thread; ``pytriton_core.Server`` runs it on a thread of
+    its own for in-process use.
     """
 
     def __init__(self, options: ServerOptions) -> None:

@@ -14,17 +14,13 @@ import numpy as np
 import orjson
 
 from pytriton_core import types
-from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serialize_bytes_tensor
 from pytriton_core._native.json_tensor import array_from_json_data, array_to_json_data
 from pytriton_core.core.model import Model
-from pytriton_core.core.request import (
-    SEQUENCE_END,
-    SEQUENCE_START,
-    InferenceRequest,
-    RequestedOutput,
-)
+from pytriton_core.core.parameters import apply_request_parameter
+from pytriton_core.core.request import InferenceRequest, RequestedOutput
 from pytriton_core.core.response import InferenceResponse, ParameterValue
 from pytriton_core.core.tensor import Tensor
+from pytriton_core.core.tensor_data import array_from_bytes, array_to_bytes, datatype_from_wire
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
@@ -53,51 +49,19 @@ def _parse_json(data: Buffer) -> Any:
 
 
 def _request_parameters(raw: Any, request: InferenceRequest) -> bool:
-    """Apply Triton's reserved request parameters; returns ``binary_data_output``."""
+    """Apply the request parameters; returns ``binary_data_output`` (HTTP's own key)."""
     if raw is None:
         return False
     if not isinstance(raw, dict):
         raise InvalidArgumentError("'parameters' must be a JSON object")
     binary_data_output = False
     for key, value in raw.items():
-        if key == "sequence_id":
-            if isinstance(value, str):
-                request.correlation_id = value
-            elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                request.correlation_id = value
-            else:
-                raise InvalidArgumentError(
-                    "Unable to parse 'sequence_id', expecting an unsigned integer or a string"
-                )
-        elif key in ("sequence_start", "sequence_end"):
-            if not isinstance(value, bool):
-                raise InvalidArgumentError(f"Unable to parse '{key}', expecting a bool")
-            if value:
-                request.flags |= SEQUENCE_START if key == "sequence_start" else SEQUENCE_END
-        elif key in ("priority", "timeout"):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidArgumentError(
-                    f"Unable to parse '{key}', expecting an unsigned integer"
-                )
-            if key == "priority":
-                request.priority = value
-            else:
-                request.timeout_us = value
-        elif key == "binary_data_output":
+        if key == "binary_data_output":
             if not isinstance(value, bool):
                 raise InvalidArgumentError("Unable to parse 'binary_data_output', expecting a bool")
             binary_data_output = value
-        elif key.startswith("triton_"):
-            raise InvalidArgumentError(
-                "parameter keys starting with 'triton_' are reserved for Triton usage and "
-                "should not be specified."
-            )
-        elif isinstance(value, (str, int, float)):  # bool is an int
-            request.parameters[key] = value
         else:
-            raise InvalidArgumentError(
-                f"parameter '{key}' has an unsupported type: expecting a string, a number or a bool"
-            )
+            apply_request_parameter(request, key, value)
     return binary_data_output
 
 
@@ -112,14 +76,6 @@ def _shape_of(entry: Mapping[str, Any], name: str) -> list[int]:
     return shape
 
 
-def _datatype_of(entry: Mapping[str, Any], name: str) -> types.DataType:
-    datatype = entry.get("datatype")
-    found = types.from_wire_name(datatype) if isinstance(datatype, str) else None
-    if found is None:
-        raise InvalidArgumentError(f"invalid datatype '{datatype}' for input '{name}'")
-    return found
-
-
 class _BinaryCursor:
     """Hands out consecutive slices of the binary section, as numpy views."""
 
@@ -129,7 +85,9 @@ class _BinaryCursor:
         self._end = len(body)
         self._model_name = model_name
 
-    def take(self, name: str, size: int, datatype: types.DataType, shape: list[int]) -> np.ndarray:
+    def take(
+        self, name: str, size: int, datatype: types.DataType, shape: list[int], request_id: str
+    ) -> np.ndarray:
         if size > self._end - self._offset:
             raise InvalidArgumentError(
                 f"unexpected size for input '{name}', expecting {size} additional bytes for "
@@ -137,22 +95,14 @@ class _BinaryCursor:
             )
         offset = self._offset
         self._offset += size
-        if datatype.is_bytes:
-            view = memoryview(self._body)[offset : offset + size]
-            try:
-                return deserialize_bytes_tensor(view, types.element_count(shape)).reshape(shape)
-            except ValueError as exc:
-                raise InvalidArgumentError(
-                    f"invalid BYTES data for input '{name}' for model '{self._model_name}': {exc}"
-                ) from None
-        expected = types.element_count(shape) * datatype.itemsize
-        if size != expected:
-            raise InvalidArgumentError(
-                f"input byte size mismatch for input '{name}' for model '{self._model_name}'. "
-                f"Expected {expected}, got {size}"
-            )
-        count = expected // datatype.itemsize
-        return np.frombuffer(self._body, datatype.numpy_dtype, count, offset).reshape(shape)
+        return array_from_bytes(
+            memoryview(self._body)[offset : offset + size],
+            datatype,
+            shape,
+            input_name=name,
+            model_name=self._model_name,
+            request_id=request_id,
+        )
 
     def check_consumed(self) -> None:
         if self._offset != self._end:
@@ -161,12 +111,14 @@ class _BinaryCursor:
             )
 
 
-def _input_tensor(entry: Any, model: Model, binary: _BinaryCursor | None) -> Tensor:
+def _input_tensor(
+    entry: Any, model: Model, binary: _BinaryCursor | None, request_id: str
+) -> Tensor:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
         raise InvalidArgumentError("each input must be a JSON object with a 'name' string")
     name: str = entry["name"]
     shape = _shape_of(entry, name)
-    datatype = _datatype_of(entry, name)
+    datatype = datatype_from_wire(entry.get("datatype"), name)
     parameters = entry.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"'parameters' of input '{name}' must be a JSON object")
@@ -194,7 +146,7 @@ def _input_tensor(entry: Any, model: Model, binary: _BinaryCursor | None) -> Ten
                 "must specify valid 'Infer-Header-Content-Length' in request header and "
                 "'binary_data_size' when passing inputs in binary data format"
             )
-        return Tensor(name, datatype, binary.take(name, size, datatype, shape))
+        return Tensor(name, datatype, binary.take(name, size, datatype, shape, request_id))
     if datatype.wire_name in ("FP16", "BF16"):
         raise InvalidArgumentError(
             f"receiving {datatype.wire_name} data via JSON is not supported. Please use the "
@@ -265,7 +217,7 @@ def decode_infer_request(model: Model, body: Buffer, header_length: int | None) 
     if not isinstance(inputs, list):
         raise InvalidArgumentError("Unable to find 'inputs' as a JSON array in the request")
     for entry in inputs:
-        tensor = _input_tensor(entry, model, cursor)
+        tensor = _input_tensor(entry, model, cursor, request_id)
         request.inputs[tensor.name] = tensor
     if cursor is not None:
         cursor.check_consumed()
@@ -325,7 +277,7 @@ def encode_infer_response(
             "shape": list(tensor.data.shape),
         }
         if decoded.binary_outputs.get(tensor.name, decoded.binary_by_default):
-            blob = _binary_blob(tensor)
+            blob = array_to_bytes(tensor)
             entry["parameters"] = {"binary_data_size": len(blob)}
             if len(blob):
                 blobs.append(blob)
@@ -342,15 +294,6 @@ def encode_infer_response(
         OCTET_STREAM,
         [(b"Inference-Header-Content-Length", str(len(header)).encode())],
     )
-
-
-def _binary_blob(tensor: Tensor) -> Buffer:
-    if tensor.datatype.is_bytes:
-        return serialize_bytes_tensor(tensor.data)
-    array = np.ascontiguousarray(tensor.data)
-    if array.dtype != tensor.datatype.numpy_dtype:
-        array = array.astype(tensor.datatype.numpy_dtype)
-    return array.data.cast("B")
 
 
 def _json_data(tensor: Tensor) -> Any:
