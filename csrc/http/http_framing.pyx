@@ -1,4 +1,4 @@
-# cython: language_level=3
+# cython: language_level=3, autotestdict=False
 """HTTP/1.1 framing: assemble requests from httptools callbacks, build response heads.
 
 httptools (llhttp) does the parsing; this module keeps what the server needs from each
@@ -19,13 +19,21 @@ the original exception as ``__context__``. :func:`framing_error` digs it out.
 
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize
-from cpython.bytes cimport PyBytes_GET_SIZE
+from cpython.bytes cimport (
+    PyBytes_AS_STRING,
+    PyBytes_Check,
+    PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE,
+)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_DecodeLatin1, PyUnicode_DecodeUTF8
 from libc.string cimport memchr, memcpy
 
 from httptools import HttpParserCallbackError, parse_url
+
+
+cdef extern from "<strings.h>":
+    int strncasecmp(const char* a, const char* b, size_t n) nogil
 
 DEFAULT_MAX_BODY_SIZE = (1 << 26) + (1 << 16)  # Triton's 64 MiB input limit + framing slack
 DEFAULT_MAX_HEAD_SIZE = 1 << 16
@@ -58,24 +66,37 @@ def framing_error(exc):
     return None
 
 
-# Header names the server reads, matched case-insensitively. Values of repeated headers are
-# joined with ", " (RFC 9110 §5.3).
-_KNOWN_HEADERS = {
-    name.encode(): name
-    for name in (
-        "content-length",
-        "inference-header-content-length",
-        "content-encoding",
-        "accept-encoding",
-        "connection",
-        "content-type",
-        "expect",
-    )
-}
-_KNOWN_LENGTHS = frozenset(len(name) for name in _KNOWN_HEADERS)
+# Header names the server reads (lower-case keys of HttpRequest.headers), matched
+# case-insensitively. Values of a repeated header are joined with ", " (RFC 9110 §5.3).
+KNOWN_HEADERS = (
+    "content-length",
+    "inference-header-content-length",
+    "content-encoding",
+    "accept-encoding",
+    "connection",
+    "content-type",
+    "expect",
+)
+cdef tuple _KNOWN_NAMES = tuple(name.encode() for name in KNOWN_HEADERS)
 _METHODS = {
     m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")
 }
+
+
+cdef object _known_header(bytes name):
+    """The HttpRequest.headers key for a header name the server reads, else None."""
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(name), i
+    cdef bytes known
+    for i in range(len(_KNOWN_NAMES)):
+        known = <bytes>_KNOWN_NAMES[i]
+        if (PyBytes_GET_SIZE(known) == size
+                and strncasecmp(PyBytes_AS_STRING(name), PyBytes_AS_STRING(known), size) == 0):
+            return KNOWN_HEADERS[i]
+    return None
+
+
+cdef inline bint _is_space(char c) noexcept nogil:
+    return c == c' ' or c == c'\t'
 
 
 cdef inline int _hex_value(char c) noexcept nogil:
@@ -88,10 +109,9 @@ cdef inline int _hex_value(char c) noexcept nogil:
     return -1
 
 
-cdef str _unquote(bytes raw):
+cdef str _unquote(const char* src, Py_ssize_t n):
     """Percent-decode a path like ``urllib.parse.unquote`` (UTF-8, invalid bytes -> U+FFFD)."""
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw), i = 0, j = 0
-    cdef const char* src = PyBytes_AS_STRING(raw)
+    cdef Py_ssize_t i = 0, j = 0
     cdef char* buf
     cdef int hi, lo
     if memchr(src, c'%', n) == NULL:
@@ -119,30 +139,32 @@ cdef str _unquote(bytes raw):
 
 cdef tuple _split_target(bytes url):
     """(path, query) of a request target: origin-form, absolute-form or ``*``."""
-    cdef bytes raw_path, query = b""
-    cdef Py_ssize_t q, h
-    if url.startswith(b"/"):
-        h = url.find(b"#")
-        if h >= 0:
-            url = url[:h]
-        q = url.find(b"?")
-        if q >= 0:
-            raw_path, query = url[:q], url[q + 1:]
-        else:
-            raw_path = url
-    elif url == b"*":
-        raw_path = url
-    else:
-        try:
-            parsed = parse_url(url)
-        except Exception:
-            raise FramingError(f"cannot parse request target {url[:200]!r}") from None
-        raw_path = parsed.path or b"/"
-        query = parsed.query or b""
-    return _unquote(raw_path), query.decode("latin-1")
+    cdef const char* data = PyBytes_AS_STRING(url)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(url), end = size, path_end
+    cdef const char* found
+    if size and data[0] == c'/':  # origin-form, nearly every request
+        found = <const char*>memchr(data, c'#', size)
+        if found != NULL:
+            end = found - data
+        found = <const char*>memchr(data, c'?', end)
+        if found == NULL:
+            return _unquote(data, end), ""
+        path_end = found - data
+        return (_unquote(data, path_end),
+                PyUnicode_DecodeLatin1(data + path_end + 1, end - path_end - 1, NULL))
+    if size == 1 and data[0] == c'*':
+        return "*", ""
+    try:
+        parsed = parse_url(url)
+    except Exception:
+        raise FramingError(f"cannot parse request target {url[:200]!r}") from None
+    path = parsed.path or b"/"
+    query = parsed.query or b""
+    return _unquote(path, len(path)), query.decode("latin-1")
 
 
 @cython.final
+@cython.auto_pickle(False)
 cdef class HttpRequest:
     """One complete request. Immutable once the assembler has handed it out."""
     cdef readonly str method
@@ -174,9 +196,14 @@ cdef class HttpRequest:
 
 
 @cython.final
+@cython.auto_pickle(False)
 cdef class RequestAssembler:
     """The httptools callback object for one connection; collects completed requests."""
     cdef object _parser  # the httptools.HttpRequestParser feeding us (see attach)
+    # its bound methods, looked up once per connection instead of once per call
+    cdef object _get_method
+    cdef object _get_http_version
+    cdef object _should_keep_alive
     cdef readonly Py_ssize_t max_body_size
     cdef readonly Py_ssize_t max_head_size
     cdef list _completed
@@ -187,6 +214,7 @@ cdef class RequestAssembler:
     cdef Py_ssize_t _head_size  # request target + header bytes seen so far
     cdef list _raw_headers
     cdef dict _headers
+    cdef dict _repeated  # header key -> every value, for headers that came more than once
     cdef bint _headers_done  # later on_header calls are chunked trailers (ignored)
     cdef str _method
     cdef str _path
@@ -203,7 +231,6 @@ cdef class RequestAssembler:
         self.max_body_size = max_body_size
         self.max_head_size = max_head_size
         self._completed = []
-        self._parser = None
         self._reset()
 
     def attach(self, parser):
@@ -211,9 +238,15 @@ cdef class RequestAssembler:
         keep-alive of each message. The pair forms a reference cycle; ``detach()`` breaks it
         when the connection closes (the garbage collector would otherwise)."""
         self._parser = parser
+        self._get_method = parser.get_method
+        self._get_http_version = parser.get_http_version
+        self._should_keep_alive = parser.should_keep_alive
 
     def detach(self):
         self._parser = None
+        self._get_method = None
+        self._get_http_version = None
+        self._should_keep_alive = None
 
     def drain(self):
         """The requests completed since the last call, oldest first."""
@@ -235,6 +268,7 @@ cdef class RequestAssembler:
         self._head_size = 0
         self._raw_headers = []
         self._headers = {}
+        self._repeated = None
         self._headers_done = False
         self._method = None
         self._path = None
@@ -270,23 +304,38 @@ cdef class RequestAssembler:
     def on_header(self, bytes name, bytes value):
         if self._headers_done:
             return  # a trailer after a chunked body: nothing the server reads
-        self._add_head_bytes(len(name) + len(value) + 4)
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(value)
+        cdef const char* data = PyBytes_AS_STRING(value)
+        self._add_head_bytes(PyBytes_GET_SIZE(name) + size + 4)
         self._raw_headers.append((name, value))
-        if len(name) not in _KNOWN_LENGTHS:
-            return
-        key = _KNOWN_HEADERS.get(name.lower())
+        key = _known_header(name)
         if key is None:
             return
-        text = value.decode("latin-1").strip()
+        text = PyUnicode_DecodeLatin1(data, size, NULL)
+        if size and (_is_space(data[0]) or _is_space(data[size - 1])):
+            text = text.strip(" \t")
         previous = self._headers.get(key)
-        self._headers[key] = text if previous is None else f"{previous}, {text}"
+        if previous is None:
+            self._headers[key] = text
+            return
+        # Joined at headers-complete: appending here would copy quadratically.
+        if self._repeated is None:
+            self._repeated = {}
+        parts = self._repeated.get(key)
+        if parts is None:
+            self._repeated[key] = [previous, text]
+        else:
+            parts.append(text)
 
     def on_headers_complete(self):
         cdef Py_ssize_t length
         self._headers_done = True
+        if self._repeated is not None:
+            for key, parts in self._repeated.items():
+                self._headers[key] = ", ".join(parts)
         if self._parser is None:
             raise RuntimeError("RequestAssembler.attach(parser) was not called")
-        method = self._parser.get_method()
+        method = self._get_method()
         self._method = _METHODS.get(method) or method.decode("latin-1")
         url = self._url if self._url_parts is None else bytes(self._url_parts)
         self._path, self._query = _split_target(url if url is not None else b"")
@@ -309,7 +358,7 @@ cdef class RequestAssembler:
                 self._body = PyByteArray_FromStringAndSize(NULL, length)
         expect = self._headers.get("expect")
         if expect is not None and expect.lower() == "100-continue":
-            self._expect_continue = self._parser.get_http_version() == "1.1"
+            self._expect_continue = self._get_http_version() == "1.1"
 
     def on_body(self, bytes chunk):
         cdef Py_ssize_t size = PyBytes_GET_SIZE(chunk)
@@ -339,10 +388,13 @@ cdef class RequestAssembler:
         request.headers = self._headers
         request.raw_headers = self._raw_headers
         request.body = self._body if self._body is not None else bytearray()
-        request.keep_alive = self._parser.should_keep_alive()
-        request.http_version = self._parser.get_http_version()
+        request.keep_alive = self._should_keep_alive()
+        request.http_version = self._get_http_version()
         self._completed.append(request)
-        self._reset()
+        # Drop what now belongs to the request (a large body must not outlive it here);
+        # on_message_begin sets up the next message.
+        self._raw_headers = self._headers = self._repeated = None
+        self._url = self._url_parts = self._body = None
 
 
 # --- response head ----------------------------------------------------------------------
@@ -386,14 +438,22 @@ cdef Py_ssize_t _checked_value(object value, str what) except -1:
     return size
 
 
+cdef inline bint _is_tchar(unsigned char c) noexcept nogil:
+    # RFC 9110 §5.6.2: a header name is a token
+    if c'a' <= c <= c'z' or c'A' <= c <= c'Z' or c'0' <= c <= c'9':
+        return True
+    return memchr(b"!#$%&'*+-.^_`|~", c, 15) != NULL
+
+
 cdef Py_ssize_t _checked_name(object name) except -1:
-    cdef Py_ssize_t size = _checked_value(name, "header name")
-    cdef const char* data = PyBytes_AS_STRING(name)
-    cdef Py_ssize_t i
+    if not PyBytes_Check(name):
+        raise TypeError(f"header name must be bytes, got {type(name).__name__}")
+    cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(name)
+    cdef Py_ssize_t i, size = PyBytes_GET_SIZE(name)
     if size == 0:
         raise ValueError("header name must not be empty")
     for i in range(size):
-        if data[i] in b": \t" or <unsigned char>data[i] < 0x21 or <unsigned char>data[i] > 0x7E:
+        if not _is_tchar(data[i]):
             raise ValueError(f"invalid header name {name!r}")
     return size
 

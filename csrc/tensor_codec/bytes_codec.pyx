@@ -1,4 +1,4 @@
-# cython: language_level=3
+# cython: language_level=3, autotestdict=False
 """BYTES tensor (de)serialization: each element a 4-byte little-endian length + raw bytes.
 
 The wire form is spec/protocol.md §0.3. Both directions size everything first and then fill
@@ -17,7 +17,7 @@ from cpython.bytes cimport (
 )
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_AsUTF8String, PyUnicode_Check
 from libc.stdint cimport uint32_t
 from libc.string cimport memcpy
 
@@ -62,9 +62,11 @@ cdef inline Py_ssize_t _add_element(Py_ssize_t total, Py_ssize_t size, Py_ssize_
     return total + 4 + size
 
 
-cdef inline cnp.ndarray _flat_c_order(cnp.ndarray array):
+cdef inline cnp.ndarray _flat_c_order(object array):
     """The elements as a 1-D C-contiguous array (a view when the input already is one)."""
-    cdef cnp.ndarray flat = np.ravel(array, order="C")
+    if type(array) is not np.ndarray:
+        array = np.asarray(array)  # subclasses (np.matrix) may not ravel to 1-D
+    cdef cnp.ndarray flat = cnp.PyArray_Ravel(<cnp.ndarray>array, cnp.NPY_CORDER)
     if not cnp.PyArray_IS_C_CONTIGUOUS(flat):
         flat = np.ascontiguousarray(flat)
     return flat
@@ -88,7 +90,8 @@ cdef Py_ssize_t _resolve_objects(cnp.ndarray flat, Span* spans, list keep) excep
     cdef PyObject** items = <PyObject**>cnp.PyArray_DATA(flat)
     cdef Py_ssize_t i, size, total = 0
     cdef bint private = False
-    cdef object item, encoded
+    cdef object item
+    cdef bytes encoded
     for i in range(n):
         # numpy treats a NULL slot in an object array as None
         item = <object>items[i] if items[i] != NULL else None
@@ -109,7 +112,8 @@ cdef Py_ssize_t _resolve_objects(cnp.ndarray flat, Span* spans, list keep) excep
                     keep.append(flat)
                     items = <PyObject**>cnp.PyArray_DATA(flat)
                     private = True
-                encoded = str(item).encode("utf-8")
+                # str() may return a str subclass: encode its data, whatever its methods
+                encoded = PyUnicode_AsUTF8String(str(item))
             keep.append(encoded)
             spans[i].data = PyBytes_AS_STRING(encoded)
             size = PyBytes_GET_SIZE(encoded)
@@ -297,14 +301,14 @@ cdef object _serialize_fixed(cnp.ndarray flat, bint is_unicode, bint size_only):
 cdef object _serialize(object array, bint size_only):
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected a numpy.ndarray, got {type(array).__name__}")
-    cdef cnp.ndarray flat = _flat_c_order(<cnp.ndarray>array)
-    cdef str kind = flat.dtype.kind
-    if kind == "O":
+    cdef cnp.ndarray flat = _flat_c_order(array)
+    cdef int type_num = cnp.PyArray_TYPE(flat)
+    if type_num == cnp.NPY_OBJECT:
         return _serialize_objects(flat, size_only)
-    if kind == "S":
+    if type_num == cnp.NPY_STRING:
         return _serialize_fixed(flat, False, size_only)
-    if kind == "U":
-        if not flat.dtype.isnative:
+    if type_num == cnp.NPY_UNICODE:
+        if not cnp.PyArray_ISNOTSWAPPED(flat):
             flat = flat.astype(flat.dtype.newbyteorder("="))
         return _serialize_fixed(flat, True, size_only)
     raise TypeError(

@@ -5,14 +5,20 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
 import uvloop
 
 from pytriton_core.errors import ServerError
-from pytriton_core.options import ModelControlMode, ServerOptions, bundled_repository
+from pytriton_core.options import (
+    CompressionLevel,
+    GrpcOptions,
+    ModelControlMode,
+    ServerOptions,
+    bundled_repository,
+)
 from pytriton_core.server import ServerRuntime
 
 log = logging.getLogger("pytriton_core")
@@ -65,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--allow-grpc", type=_bool, default=True, metavar="BOOL")
     add("--grpc-address", default="0.0.0.0")
     add("--grpc-port", type=int, default=8001)
+    _add_grpc_arguments(parser)
     add("--allow-metrics", type=_bool, default=True, metavar="BOOL")
     add("--metrics-address", default=None)
     add("--metrics-port", type=int, default=8002)
@@ -94,6 +101,67 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _compression_level(text: str) -> CompressionLevel:
+    try:
+        return CompressionLevel[text.upper()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"expected none, low, medium or high, got '{text}'"
+        ) from None
+
+
+# tritonserver's gRPC transport flags: the GrpcOptions field each sets (its default is
+# the field's) and how to read the value.
+_GRPC_FLAGS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "--grpc-infer-allocation-pool-size": ("infer_allocation_pool_size", int),
+    "--grpc-infer-response-compression-level": ("response_compression_level", _compression_level),
+    "--grpc-keepalive-time": ("keepalive_time_ms", int),
+    "--grpc-keepalive-timeout": ("keepalive_timeout_ms", int),
+    "--grpc-keepalive-permit-without-calls": ("keepalive_permit_without_calls", _bool),
+    "--grpc-http2-max-pings-without-data": ("http2_max_pings_without_data", int),
+    "--grpc-http2-min-recv-ping-interval-without-data": (
+        "http2_min_recv_ping_interval_without_data_ms",
+        int,
+    ),
+    "--grpc-http2-max-ping-strikes": ("http2_max_ping_strikes", int),
+    "--grpc-max-connection-age": ("max_connection_age_ms", int),
+    "--grpc-max-connection-age-grace": ("max_connection_age_grace_ms", int),
+    "--reuse-grpc-port": ("reuse_port", _bool),
+    "--grpc-use-ssl": ("use_ssl", _bool),
+    "--grpc-use-ssl-mutual": ("use_ssl_mutual", _bool),
+    "--grpc-server-cert": ("server_cert", Path),
+    "--grpc-server-key": ("server_key", Path),
+    "--grpc-root-cert": ("root_cert", Path),
+}
+_GRPC_DEST = "grpc_option_"
+
+
+_METAVARS: dict[object, str] = {
+    int: "INT",
+    _bool: "BOOL",
+    Path: "PEM_FILE",
+    _compression_level: "{none,low,medium,high}",
+}
+
+
+def _add_grpc_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = GrpcOptions()
+    for flag, (option, parse) in _GRPC_FLAGS.items():
+        parser.add_argument(
+            flag,
+            dest=_GRPC_DEST + option,
+            type=parse,
+            default=getattr(defaults, option),
+            metavar=_METAVARS[parse],
+        )
+
+
+def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
+    return GrpcOptions(
+        **{option: getattr(args, _GRPC_DEST + option) for option, _ in _GRPC_FLAGS.values()}
+    )
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     backend_config: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
@@ -112,6 +180,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
+        grpc=_grpc_options(args),
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,

@@ -32,6 +32,38 @@ def _empty_backend_config() -> Mapping[str, Mapping[str, str]]:
     return MappingProxyType({})
 
 
+class CompressionLevel(enum.Enum):
+    """``--grpc-infer-response-compression-level``; the values are gRPC core's levels."""
+
+    NONE = 0
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+
+
+@dataclass(frozen=True)
+class GrpcOptions:
+    """The gRPC endpoint's transport settings (tritonserver's ``--grpc-*`` flags and defaults)."""
+
+    # Accepted for compatibility: grpc.aio allocates request and response objects per call.
+    infer_allocation_pool_size: int = 8
+    response_compression_level: CompressionLevel = CompressionLevel.NONE
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    http2_max_ping_strikes: int = 2
+    max_connection_age_ms: int | None = None  # None: connections live on
+    max_connection_age_grace_ms: int | None = None
+    reuse_port: bool = False
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False  # implies use_ssl, and requires client certificates
+    server_cert: Path | None = None
+    server_key: Path | None = None
+    root_cert: Path | None = None
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     model_repositories: tuple[Path, ...] = ()
@@ -45,6 +77,7 @@ class ServerOptions:
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
+    grpc: GrpcOptions = field(default_factory=GrpcOptions)
 
     allow_metrics: bool = True
     metrics_address: str | None = None  # None: the HTTP address

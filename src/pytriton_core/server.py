@@ -9,6 +9,7 @@ import signal
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError
+from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
@@ -26,8 +27,10 @@ class ServerRuntime:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self._http: HttpFrontend | None = None
+        self._grpc: GrpcFrontend | None = None
         self._service: InferenceService | None = None
         self.http_port: int | None = None
+        self.grpc_port: int | None = None
         self._poller: asyncio.Task[None] | None = None
 
     @property
@@ -54,7 +57,10 @@ class ServerRuntime:
                 self.options.http_address, self.options.http_port
             )
         if self.options.allow_grpc:
-            log.warning("the gRPC front end is not available in this version; serving HTTP only")
+            self._grpc = GrpcFrontend(self._service)
+            self.grpc_port = await self._grpc.start(
+                self.options.grpc_address, self.options.grpc_port
+            )
         if self.options.allow_metrics:
             log.warning("the metrics endpoint is not available in this version")
         self._service.live = True
@@ -68,6 +74,8 @@ class ServerRuntime:
             self._poller.cancel()
         if self._http is not None:
             await self._http.stop()
+        if self._grpc is not None:
+            await self._grpc.stop(self.options.exit_timeout_secs)
         await self._service.manager.unload_all()
 
     async def run_until_signalled(self) -> None:

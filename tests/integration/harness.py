@@ -255,6 +255,9 @@ def _run_server(
     )
     try:
         _wait_until_ready(handle, timeout)
+    except ServerError:
+        _stop(process)  # the error carries the log
+        raise
     except BaseException:
         _stop(process)
         _print_log(handle)
@@ -267,7 +270,6 @@ def _run_server(
         raise
     returncode = _stop(process)
     if check_exit and returncode not in (0, -signal.SIGTERM):
-        _print_log(handle)
         raise ServerError(f"{name} exited with {returncode} when stopped:\n{handle.log()}")
     shutil.rmtree(log_dir, ignore_errors=True)
 

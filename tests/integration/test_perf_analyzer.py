@@ -17,8 +17,9 @@ from harness import ServerHandle, find_perf_analyzer
 
 pytestmark = pytest.mark.perf_analyzer
 
-# Exit status perf_analyzer uses when the windows never agreed within -s percent (-r tries).
-UNSTABLE = 2
+# What perf_analyzer prints when the windows of one concurrency never agreed within -s percent
+# in -r tries (exit status 2, or 0 when it happens at the last concurrency).
+UNSTABLE = "Failed to obtain stable measurement"
 SUMMARY_LINE = re.compile(r"Concurrency: (\d+), throughput: ([0-9.]+) infer/sec")
 
 
@@ -53,16 +54,16 @@ def run_perf_analyzer(perf_analyzer: Path, url: str) -> subprocess.CompletedProc
         "-s",
         "30",
         "-r",
-        "3",
+        "10",
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_perf_analyzer_identity_fp32(perf_analyzer: Path, examples_server: ServerHandle) -> None:
     result = run_perf_analyzer(perf_analyzer, examples_server.http_url)
-    if result.returncode == UNSTABLE and "stable measurement" in result.stdout:
-        # Throughput on a shared 2-core machine can swing more than 30% between windows; that
-        # is noise, not an error of the server. One more go.
+    if UNSTABLE in result.stdout:
+        # Throughput on a shared 2-core machine can swing more than 30% between windows of 200
+        # requests; that is noise, not an error of the server. One more go.
         result = run_perf_analyzer(perf_analyzer, examples_server.http_url)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output

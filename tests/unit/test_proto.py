@@ -153,13 +153,17 @@ def test_importable_with_tritonclient_grpc_in_either_order(first: str, second: s
 
 
 def test_descriptor_set_is_up_to_date_with_the_proto_files() -> None:
-    protoc = pytest.importorskip("grpc_tools.protoc")
+    grpc_tools = pytest.importorskip("grpc_tools")
+    from grpc_tools import protoc
+
+    # The same protoc call as setup.py's.
     proto_dir = proto.DESCRIPTOR_SET_PATH.parent
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
     sources = sorted(p.name for p in proto_dir.glob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "descriptors.binpb"
-        args = ["protoc", f"-I{proto_dir}", "--include_imports", f"--descriptor_set_out={out}"]
-        assert protoc.main([*args, *sources]) == 0
+        args = ["protoc", f"-I{proto_dir}", f"-I{well_known}", "--include_imports"]
+        assert protoc.main([*args, f"--descriptor_set_out={out}", *sources]) == 0
         fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
     shipped = descriptor_pb2.FileDescriptorSet.FromString(proto.DESCRIPTOR_SET_PATH.read_bytes())
     assert shipped == fresh, "descriptors.binpb is stale: run `python setup.py --version`"

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from google.protobuf.message import Message
@@ -34,6 +35,12 @@ class ModelLocation:
     model_dir: Path  # <repository>/<model>
     version_dir: Path  # <repository>/<model>/<version>
     backend_config: Mapping[str, str]  # --backend-config=<this backend>,k=v pairs
+    # --backend-config=k=v pairs without a backend (e.g. default-max-batch-size)
+    global_backend_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def setting(self, key: str, default: str | None = None) -> str | None:
+        """A backend setting: this backend's own value first, else the global one."""
+        return self.backend_config.get(key, self.global_backend_config.get(key, default))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@ class BackendEntry:
 
 BACKENDS: dict[str, BackendEntry] = {
     "python": BackendEntry("pytriton_core.backends.python", None),
+    "onnxruntime": BackendEntry("pytriton_core.backends.onnxruntime", "onnxruntime"),
+    "pytorch": BackendEntry("pytriton_core.backends.pytorch", "torch"),
+    "openvino": BackendEntry("pytriton_core.backends.openvino", "openvino"),
+    "tensorrt": BackendEntry("pytriton_core.backends.tensorrt", "gpu"),
 }
 
 

@@ -11,13 +11,16 @@ from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceS
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.core.warmup import WarmupSample, run_warmup
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.scheduling.base import Scheduler
 
 log = logging.getLogger(__name__)
 
+# The batch, then one response per request or the error that failed the whole execution.
 BatchDone = Callable[
-    [list[InferenceRequest], Sequence[InferenceResponse | None], ComputeTiming], None
+    [list[InferenceRequest], Sequence[InferenceResponse | None] | ServerError, ComputeTiming],
+    None,
 ]
 
 
@@ -35,8 +38,10 @@ class ModelInstance:
         scheduler: Scheduler,
         on_batch_done: BatchDone,
         schedule_on_loop: Callable[..., object],
+        warmup: Sequence[WarmupSample] = (),
     ) -> None:
         self.spec = spec
+        self._warmup = warmup
         self._backend_model = backend_model
         self._scheduler = scheduler
         self._on_batch_done = on_batch_done
@@ -62,19 +67,30 @@ class ModelInstance:
             self._startup_error = exc
             self._ready.set()
             return
+        try:
+            # Not ready until warmed up; a failing warm-up fails the instance (and the load).
+            run_warmup(backend_instance, self._warmup, self.spec.name)
+        except BaseException as exc:
+            self._startup_error = exc
+            self._finalize(backend_instance)
+            self._ready.set()
+            return
         self._ready.set()
         try:
             self._serve(backend_instance)
         finally:
-            try:
-                backend_instance.finalize()
-            except Exception:
-                log.exception("finalize failed for instance %s", self.spec.name)
+            self._finalize(backend_instance)
+
+    def _finalize(self, backend_instance: BackendInstance) -> None:
+        try:
+            backend_instance.finalize()
+        except Exception:
+            log.exception("finalize failed for instance %s", self.spec.name)
 
     def _serve(self, backend_instance: BackendInstance) -> None:
         while (batch := self._scheduler.next_batch()) is not None:
             timing = ComputeTiming(start_ns=time.monotonic_ns())
-            responses: Sequence[InferenceResponse | None]
+            responses: Sequence[InferenceResponse | None] | ServerError
             try:
                 responses = backend_instance.execute(batch, timing)
                 if len(responses) != len(batch):
@@ -82,10 +98,9 @@ class ModelInstance:
                         f"backend returned {len(responses)} responses for {len(batch)} requests"
                     )
             except ServerError as exc:
-                responses = [InferenceResponse.failed(exc)] * len(batch)
+                responses = exc
             except Exception as exc:
                 log.exception("execute failed on instance %s", self.spec.name)
-                error = InternalError(f"{type(exc).__name__}: {exc}")
-                responses = [InferenceResponse.failed(error)] * len(batch)
+                responses = InternalError(f"{type(exc).__name__}: {exc}")
             timing.close()
             self._schedule_on_loop(self._on_batch_done, batch, responses, timing)

@@ -25,6 +25,7 @@ from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming, ModelStatistics
 from pytriton_core.core.validation import TensorSpecs, validate_request
+from pytriton_core.core.warmup import warmup_samples
 from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.scheduling import create_scheduler
 
@@ -86,9 +87,10 @@ class Model:
         self._release_order: deque[InferenceRequest] | None = deque() if preserve else None
         self._held: dict[int, InferenceResponse] = {}
         scheduler = self._scheduler
+        warmup = warmup_samples(self.config_json, self.model_dir)
         for spec in instance_specs:
             instance = ModelInstance(
-                spec, backend_model, scheduler, self._batch_done, loop.call_soon_threadsafe
+                spec, backend_model, scheduler, self._batch_done, loop.call_soon_threadsafe, warmup
             )
             instance.start()
             self._instances.append(instance)
@@ -101,11 +103,8 @@ class Model:
                 f"Request for unknown model: '{self.name}' version {self.version} is not at "
                 "ready state"
             )
-        try:
-            validate_request(request, self.specs, self.name)
-        except ServerError as exc:
-            self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns())
-            raise exc.with_request_id(request.id) from None
+        # Triton counts no statistics for a request that fails validation.
+        validate_request(request, self.specs, self.name)
         request.loop = self._loop
         request.queue_start_ns = time.monotonic_ns()
         try:
@@ -130,12 +129,22 @@ class Model:
     def _batch_done(
         self,
         batch: list[InferenceRequest],
-        responses: Sequence[InferenceResponse | None],
+        responses: Sequence[InferenceResponse | None] | ServerError,
         timing: ComputeTiming,
     ) -> None:
         stats = self.stats
-        stats.record_execution(sum(r.batch_size for r in batch), timing)
         end_ns = time.monotonic_ns()
+        if isinstance(responses, ServerError):
+            # The execution itself failed: every request fails; Triton counts the execution
+            # but no inferences for it.
+            stats.execution_count += 1
+            for request in batch:
+                self._in_flight -= 1
+                stats.record_request_failure(request.arrival_ns, end_ns)
+                self._release(request, InferenceResponse.failed(responses))
+            self._signal_if_drained()
+            return
+        stats.record_execution(sum(r.batch_size for r in batch), timing)
         for request, response in zip(batch, responses, strict=True):
             self._in_flight -= 1
             if response is None:  # answered through its response sender
@@ -144,13 +153,9 @@ class Model:
                 continue
             if response.error is None:
                 response = self._apply_classification(request, response)
-            if response.error is None:
-                stats.record_request_success(
-                    request.arrival_ns, request.queue_start_ns, timing, end_ns
-                )
-            else:
-                stats.record_request_failure(request.arrival_ns, end_ns)
-                response.error = response.error.with_request_id(request.id)
+            # An error the model answered with still counts as a successful execution, as
+            # Triton counts it.
+            stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
             self._release(request, response)
         self._signal_if_drained()
 

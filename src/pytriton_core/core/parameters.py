@@ -68,5 +68,5 @@ def apply_request_parameter(
         request.parameters[key] = value
     else:
         raise InvalidArgumentError(
-            f"parameter '{key}' has an unsupported type: expecting a string, a number or a bool"
+            f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
         )

@@ -16,7 +16,12 @@ from pytriton_core.core.model import Model
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import Duration, ModelStatistics
-from pytriton_core.errors import InternalError, InvalidArgumentError, UnavailableError
+from pytriton_core.errors import (
+    InternalError,
+    InvalidArgumentError,
+    ServerError,
+    UnavailableError,
+)
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
 
@@ -65,11 +70,13 @@ class InferenceService:
         return self.manager.is_ready() if self.options.strict_readiness else True
 
     def is_model_ready(self, name: str, version: str | None) -> bool:
+        """False for a model or version that is unknown or not ready, as Triton answers."""
+        if self.exiting:
+            raise UnavailableError("Server exiting")
+        requested = parse_version(version)  # a malformed version string is an error
         try:
-            self.manager.get(name, parse_version(version))
-        except (UnavailableError, InvalidArgumentError):
-            raise
-        except Exception:
+            self.manager.get(name, requested)
+        except ServerError:
             return False
         return True
 

@@ -23,7 +23,7 @@ def datatype_from_wire(name: object, input_name: str) -> types.DataType:
     """The datatype a request names for an input (``"FP32"``...)."""
     found = types.from_wire_name(name) if isinstance(name, str) else None
     if found is None:
-        raise InvalidArgumentError(f"invalid datatype '{name}' for input '{input_name}'")
+        raise InvalidArgumentError(f"invalid datatype for input {input_name}")
     return found
 
 
@@ -63,4 +63,5 @@ def array_to_bytes(tensor: Tensor) -> Buffer:
     array = np.ascontiguousarray(tensor.data)
     if array.dtype != tensor.datatype.numpy_dtype:
         array = array.astype(tensor.datatype.numpy_dtype)
-    return array.data.cast("B")
+    # A byte view: the buffer protocol has no format for some dtypes (bfloat16).
+    return array.reshape(-1).view(np.uint8).data

@@ -12,7 +12,7 @@ from typing import Any
 
 from pytriton_core import types
 from pytriton_core.core.request import InferenceRequest
-from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.errors import InvalidArgumentError, ServerError
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,56 +54,85 @@ def _format_shape(shape: list[int] | tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
+def _names(names: list[str]) -> str:
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+_BATCH_NOTE = (
+    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
 def validate_request(request: InferenceRequest, specs: TensorSpecs, model_name: str) -> None:
-    """Check inputs and requested outputs; set ``request.batch_size``."""
+    """Check inputs and requested outputs; set ``request.batch_size``.
+
+    Messages and their ``[request id: ...]`` prefixes follow Triton's: the core's request
+    checks carry the prefix, the unknown-name checks do not.
+    """
+
+    def error(message: str) -> ServerError:
+        return InvalidArgumentError(message).with_request_id(request.id)
+
+    required = [n for n, s in specs.inputs.items() if not s.optional]
+    given = len(request.inputs)
+    if given < len(required) or given > len(specs.inputs):
+        missing = [n for n in required if n not in request.inputs]
+        raise error(
+            f"expected {len(required)} inputs but got {given} inputs for model "
+            f"'{model_name}'. Got input(s) {_names(list(request.inputs))}, but missing "
+            f"required input(s) {_names(missing)}. Please provide all required input(s)."
+        )
     for name in request.inputs:
         if name not in specs.inputs:
             raise InvalidArgumentError(
                 f"unexpected inference input '{name}' for model '{model_name}'"
             )
-    required = [n for n, s in specs.inputs.items() if not s.optional]
     missing = [n for n in required if n not in request.inputs]
     if missing:
-        got = ", ".join(f"'{n}'" for n in request.inputs)
-        raise InvalidArgumentError(
-            f"expected {len(required)} inputs but got {len(request.inputs)} inputs for model "
-            f"'{model_name}'. Got input(s) [{got}], but missing required input(s) "
-            f"[{', '.join(repr(n) for n in missing)}]. Please provide all required input(s)."
+        raise error(
+            f"expected {len(required)} inputs but got {given} inputs for model "
+            f"'{model_name}'. Got input(s) {_names(list(request.inputs))}, but missing "
+            f"required input(s) {_names(missing)}. Please provide all required input(s)."
         )
 
     batch_size = 0
     for name, tensor in request.inputs.items():
         spec = specs.inputs[name]
         if tensor.datatype is not spec.datatype:
-            raise InvalidArgumentError(
+            raise error(
                 f"inference input '{name}' data-type is '{tensor.datatype.wire_name}', but "
                 f"model '{model_name}' expects '{spec.datatype.wire_name}'"
             )
         shape = tensor.shape
         dims = shape
+        note = ""
         if specs.max_batch_size > 0:
-            if not shape:
-                raise _shape_error(name, model_name, specs.full_shape(spec), shape)
-            if batch_size == 0:
-                batch_size = shape[0]
-            elif shape[0] != batch_size:
-                raise InvalidArgumentError(
-                    f"input '{name}' batch size does not match other inputs for '{model_name}'"
-                )
+            if shape:
+                if batch_size == 0:
+                    batch_size = shape[0]
+                    if batch_size > specs.max_batch_size:
+                        raise error(
+                            f"inference request batch-size must be <= {specs.max_batch_size} "
+                            f"for '{model_name}'"
+                        )
+                elif shape[0] != batch_size:
+                    raise error(
+                        f"input '{name}' batch size does not match other inputs for '{model_name}'"
+                    )
             dims = shape[1:]
+            note = _BATCH_NOTE
         if len(dims) != len(spec.dims) or any(
             want != -1 and want != got for want, got in zip(spec.dims, dims, strict=True)
         ):
-            raise _shape_error(name, model_name, specs.full_shape(spec), shape)
-
-    if specs.max_batch_size > 0:
-        if batch_size > specs.max_batch_size:
-            raise InvalidArgumentError(
-                f"inference request batch-size must be <= {specs.max_batch_size} for '{model_name}'"
+            raise error(
+                f"unexpected shape for input '{name}' for model '{model_name}'. "
+                f"Expected {_format_shape(specs.full_shape(spec))}, got {_format_shape(shape)}."
+                f"{note or ' '}"
             )
-        request.batch_size = max(batch_size, 1) if request.inputs else 1
-    else:
-        request.batch_size = 1
+    request.batch_size = max(batch_size, 1) if specs.max_batch_size > 0 else 1
 
     if request.requested_outputs is not None:
         for name in request.requested_outputs:
@@ -111,12 +140,3 @@ def validate_request(request: InferenceRequest, specs: TensorSpecs, model_name: 
                 raise InvalidArgumentError(
                     f"unexpected inference output '{name}' for model '{model_name}'"
                 )
-
-
-def _shape_error(
-    name: str, model_name: str, expected: list[int], got: tuple[int, ...]
-) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"unexpected shape for input '{name}' for model '{model_name}'. "
-        f"Expected {_format_shape(expected)}, got {_format_shape(got)}. "
-    )

@@ -333,6 +333,7 @@ class ModelManager:
             model_dir=model_dir,
             version_dir=model_dir / str(version),
             backend_config=self._options.backend_settings(backend_name),
+            global_backend_config=self._options.backend_settings(""),
         )
 
     def _start_version(

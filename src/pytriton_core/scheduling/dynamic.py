@@ -121,7 +121,17 @@ class DynamicBatchScheduler(Scheduler):
         ]
         self._count = 0
         self._stopping = False
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # idle instances wait here
+        self._deadline_cond = threading.Condition(lock)  # the timeout watcher waits here
+        # Queue timeouts must fire while every instance is busy, so a thread of their own
+        # watches the deadlines (only when some queue policy has a timeout).
+        self._reaper: threading.Thread | None = None
+        if any(policy.default_timeout_us for policy in settings.policies.values()):
+            self._reaper = threading.Thread(
+                target=self._reap_timeouts, name="queue-timeouts", daemon=True
+            )
+            self._reaper.start()
 
     def enqueue(self, request: InferenceRequest) -> None:
         levels = len(self._levels)
@@ -140,6 +150,8 @@ class DynamicBatchScheduler(Scheduler):
             queue.waiting.append(_Entry(request, deadline))
             self._count += 1
             self._cond.notify()
+            if deadline:
+                self._deadline_cond.notify()
 
     def next_batch(self) -> list[InferenceRequest] | None:
         with self._cond:
@@ -159,6 +171,17 @@ class DynamicBatchScheduler(Scheduler):
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+            self._deadline_cond.notify_all()
+        if self._reaper is not None:
+            self._reaper.join()
+
+    def _reap_timeouts(self) -> None:
+        with self._cond:
+            while not self._stopping:
+                now = time.monotonic_ns()
+                self._expire(now)
+                wait_ns = self._next_deadline_in(now)
+                self._deadline_cond.wait(None if wait_ns is None else wait_ns / 1e9)
 
     def pending_count(self) -> int:
         return self._count
@@ -193,8 +216,8 @@ class DynamicBatchScheduler(Scheduler):
     def _shape_key(self, request: InferenceRequest) -> tuple[object, ...]:
         checked = self._settings.shape_checked_inputs
         return (
-            tuple(request.inputs),  # optional inputs: the same set of inputs
-            tuple(
+            frozenset(request.inputs),  # optional inputs: the same set, in any order
+            frozenset(
                 (name, tensor.shape[1:])
                 for name, tensor in request.inputs.items()
                 if name in checked
@@ -207,9 +230,15 @@ class DynamicBatchScheduler(Scheduler):
         size = 0
         preferred_len = 0
         cut_short = False
+        past_preferred = False
         first_key: tuple[object, ...] | None = None
+        largest_preferred = max(settings.preferred_batch_sizes, default=0)
         for queue, entry in self._entries():
             request = entry.request
+            if size + request.batch_size > largest_preferred and chosen and not past_preferred:
+                # Growing past the largest preferred size: what we have is the best candidate.
+                past_preferred = True
+                preferred_len = max(preferred_len, len(chosen))
             if size + request.batch_size > settings.max_batch_size:
                 cut_short = True
                 break
@@ -229,13 +258,14 @@ class DynamicBatchScheduler(Scheduler):
         if not chosen:
             return [], self._next_deadline_in(now)
         waited = now - chosen[0][1].request.queue_start_ns
-        delay_over = waited >= settings.max_queue_delay_ns
+        delay = settings.max_queue_delay_ns
+        delay_over = delay != 0 and waited >= delay  # no delay: never "over", as in Triton
         if preferred_len and not delay_over:
             take = chosen[:preferred_len]
-        elif cut_short or delay_over:
+        elif cut_short or delay_over or delay == 0:
             take = chosen
         else:
-            wait = settings.max_queue_delay_ns - waited
+            wait = delay - waited
             deadline = self._next_deadline_in(now)
             return [], wait if deadline is None else min(wait, deadline)
         for queue, entry in take:

@@ -13,6 +13,7 @@ import inspect
 import json
 import sys
 import threading
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -168,7 +169,7 @@ class PythonInstance(BackendInstance):
             except Exception as exc:
                 raise InternalError(
                     f"Failed to process the request(s) for model '{self._spec.name}', "
-                    f"message: {type(exc).__name__}: {exc}"
+                    f"message: {type(exc).__name__}: {exc}{_model_frames(exc)}"
                 ) from exc
         timing.mark_infer_done()
         if self._model.decoupled:
@@ -247,6 +248,15 @@ class PythonInstance(BackendInstance):
             datatype = types.BY_WIRE_NAME[tensor._datatype_wire_name()]
             outputs.append(Tensor(tensor.name(), datatype, tensor._server_array()))
         return InferenceResponse(outputs=outputs, parameters=parameters)
+
+
+def _model_frames(exc: BaseException) -> str:
+    """The model's stack at the error, innermost first, as Triton's stub reports it."""
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # [0] is this backend's call
+    if not frames:
+        return ""
+    lines = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
+    return "\n\nAt:\n" + lines
 
 
 _CODE_BY_PB: dict[int, ErrorCode] = {}

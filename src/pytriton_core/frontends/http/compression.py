@@ -9,6 +9,12 @@ from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http.messages import Buffer, HttpResponse
 
 
+class UnsupportedEncodingError(UnsupportedError):
+    """A Content-Encoding we cannot decode; the answer names those we can."""
+
+    accepted = b"gzip, deflate"
+
+
 def decode_body(body: Buffer, encoding: str | None, limit: int) -> Buffer:
     """The decompressed body; refuses to inflate past ``limit`` bytes."""
     if encoding is None or encoding in ("", "identity"):
@@ -18,7 +24,7 @@ def decode_body(body: Buffer, encoding: str | None, limit: int) -> Buffer:
     elif encoding == "deflate":
         inflater = zlib.decompressobj()
     else:
-        raise UnsupportedError("Unsupported compression type")
+        raise UnsupportedEncodingError("Unsupported compression type")
     try:
         data = inflater.decompress(body, limit + 1)
     except zlib.error as exc:

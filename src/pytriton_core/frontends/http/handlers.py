@@ -19,6 +19,7 @@ from pytriton_core.frontends.http.infer_codec import decode_infer_request, encod
 from pytriton_core.frontends.http.messages import (
     EMPTY_OK,
     HttpResponse,
+    error_response,
     json_response,
     plain_error,
 )
@@ -53,9 +54,11 @@ def build_router(service: InferenceService) -> Router:
         return json_response(service.model_metadata(match.get("model") or "", match.get("version")))
 
     async def model_ready(request: Request, match: RouteMatch) -> HttpResponse:
-        if service.is_model_ready(match.get("model") or "", match.get("version")):
-            return EMPTY_OK
-        return plain_error(400, "Model version not ready")
+        try:
+            ready = service.is_model_ready(match.get("model") or "", match.get("version"))
+        except InvalidArgumentError:
+            ready = False  # an unknown model is just not ready, as Triton answers it
+        return EMPTY_OK if ready else plain_error(400, "Model version not ready")
 
     async def model_config(request: Request, match: RouteMatch) -> HttpResponse:
         model = service.model(match.get("model") or "", match.get("version"))
@@ -70,11 +73,16 @@ def build_router(service: InferenceService) -> Router:
             raise UnsupportedError(
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
-        body = compression.decode_body(
-            request.body,
-            request.headers.get("content-encoding"),
-            service.options.http_max_input_size,
-        )
+        try:
+            body = compression.decode_body(
+                request.body,
+                request.headers.get("content-encoding"),
+                service.options.http_max_input_size,
+            )
+        except compression.UnsupportedEncodingError as exc:
+            refusal = error_response(exc)
+            refusal.headers.append((b"Accept-Encoding", exc.accepted))
+            return refusal
         header_length = _header_length(request, len(body))
         decoded = decode_infer_request(model, body, header_length)
         response = await service.infer(model, decoded.request)

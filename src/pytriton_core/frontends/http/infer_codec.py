@@ -14,7 +14,11 @@ import numpy as np
 import orjson
 
 from pytriton_core import types
-from pytriton_core._native.json_tensor import array_from_json_data, array_to_json_data
+from pytriton_core._native.json_tensor import (
+    SHAPE_MISMATCH,
+    array_from_json_data,
+    array_to_json_data,
+)
 from pytriton_core.core.model import Model
 from pytriton_core.core.parameters import apply_request_parameter
 from pytriton_core.core.request import InferenceRequest, RequestedOutput
@@ -41,11 +45,47 @@ class DecodedInfer:
     binary_by_default: bool = False
 
 
+# Triton reports a malformed infer document as INTERNAL (HTTP 500) in its JSON library's
+# words; clients and tests match on these, so they are kept.
+_MISSING = "attempt to access non-existing object member '{}'"
+_NOT_UNSIGNED = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+_NOT_SIGNED = "attempt to access JSON non-signed-integer as signed-integer"
+_NOT_BOOL = "attempt to access JSON non-boolean as boolean"
+_NOT_STRING = "attempt to access JSON non-string as string"
+_NOT_ARRAY = "attempt to access JSON non-array as array"
+_JSON_KIND_ERRORS = {
+    "BOOL": _NOT_BOOL,
+    "BYTES": _NOT_STRING,
+    "FP32": "attempt to access JSON non-number as double",
+    "FP64": "attempt to access JSON non-number as double",
+    **{
+        f"INT{bits}": "attempt to access JSON non-signed-integer as signed-integer"
+        for bits in (8, 16, 32, 64)
+    },
+    **{f"UINT{bits}": _NOT_UNSIGNED for bits in (8, 16, 32, 64)},
+}
+_INT64_MAX = 2**63 - 1
+
+
+def _unparsable(field: str, detail: str) -> InternalError:
+    return InternalError(f"Unable to parse '{field}': {detail}")
+
+
+def _is_unsigned(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _member(entry: Mapping[str, Any], key: str) -> Any:
+    if key not in entry:
+        raise _unparsable(key, _MISSING.format(key))
+    return entry[key]
+
+
 def _parse_json(data: Buffer) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
 
 
 def _request_parameters(raw: Any, request: InferenceRequest) -> bool:
@@ -56,23 +96,26 @@ def _request_parameters(raw: Any, request: InferenceRequest) -> bool:
         raise InvalidArgumentError("'parameters' must be a JSON object")
     binary_data_output = False
     for key, value in raw.items():
-        if key == "binary_data_output":
+        if key in ("binary_data_output", "sequence_start", "sequence_end"):
             if not isinstance(value, bool):
-                raise InvalidArgumentError("Unable to parse 'binary_data_output', expecting a bool")
+                raise _unparsable(key, _NOT_BOOL)
+        elif key in ("priority", "timeout") and not _is_unsigned(value):
+            raise _unparsable(key, _NOT_UNSIGNED)
+        if key == "binary_data_output":
             binary_data_output = value
-        else:
-            apply_request_parameter(request, key, value)
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value > _INT64_MAX:
+            value = float(value)  # as Triton's JSON reader hands it on: beyond int64, a double
+        apply_request_parameter(request, key, value)
     return binary_data_output
 
 
-def _shape_of(entry: Mapping[str, Any], name: str) -> list[int]:
-    shape = entry.get("shape")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise InvalidArgumentError(
-            f"Unable to parse 'shape' for input '{name}': expecting an array of unsigned integers"
-        )
+def _shape_of(entry: Mapping[str, Any]) -> list[int]:
+    shape = _member(entry, "shape")
+    if not isinstance(shape, list):
+        raise _unparsable("shape", _NOT_ARRAY)
+    if not all(_is_unsigned(d) for d in shape):
+        raise _unparsable("shape", _NOT_UNSIGNED)
     return shape
 
 
@@ -88,10 +131,11 @@ class _BinaryCursor:
     def take(
         self, name: str, size: int, datatype: types.DataType, shape: list[int], request_id: str
     ) -> np.ndarray:
-        if size > self._end - self._offset:
+        available = self._end - self._offset
+        if size > available:
             raise InvalidArgumentError(
-                f"unexpected size for input '{name}', expecting {size} additional bytes for "
-                f"model '{self._model_name}'"
+                f"unexpected size for input '{name}', expecting {size - available} additional "
+                f"bytes for model '{self._model_name}'"
             )
         offset = self._offset
         self._offset += size
@@ -111,14 +155,17 @@ class _BinaryCursor:
             )
 
 
-def _input_tensor(
-    entry: Any, model: Model, binary: _BinaryCursor | None, request_id: str
-) -> Tensor:
-    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-        raise InvalidArgumentError("each input must be a JSON object with a 'name' string")
-    name: str = entry["name"]
-    shape = _shape_of(entry, name)
-    datatype = datatype_from_wire(entry.get("datatype"), name)
+def _input_tensor(entry: Any, binary: _BinaryCursor, request_id: str) -> Tensor:
+    if not isinstance(entry, dict):
+        raise InvalidArgumentError("each input must be a JSON object")
+    name = _member(entry, "name")
+    if not isinstance(name, str):
+        raise _unparsable("name", _NOT_STRING)
+    shape = _shape_of(entry)
+    datatype_name = _member(entry, "datatype")
+    if not isinstance(datatype_name, str):
+        raise _unparsable("datatype", _NOT_STRING)
+    datatype = datatype_from_wire(datatype_name, name)
     parameters = entry.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"'parameters' of input '{name}' must be a JSON object")
@@ -127,8 +174,7 @@ def _input_tensor(
         raise InvalidArgumentError(
             "Input must set only one of the following fields: 'data', 'binary_data_size' in "
             "'parameters', 'shared_memory_region' in 'parameters'. But "
-            + (f"set {', '.join(present)}" if present else "set none of them")
-            + f" for input '{name}'"
+            + ("set " + " ".join(f"'{key}'" for key in present) if present else "no field is set")
         )
     source = present[0]
     if source == "shared_memory_region":
@@ -136,16 +182,8 @@ def _input_tensor(
         raise InvalidArgumentError(f"Unable to find shared memory region: '{region}'")
     if source == "binary_data_size":
         size = parameters["binary_data_size"]
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise InvalidArgumentError(
-                f"Unable to parse 'binary_data_size' for input '{name}': expecting an "
-                "unsigned integer"
-            )
-        if binary is None:
-            raise InvalidArgumentError(
-                "must specify valid 'Infer-Header-Content-Length' in request header and "
-                "'binary_data_size' when passing inputs in binary data format"
-            )
+        if not _is_unsigned(size):
+            raise _unparsable("binary_data_size", _NOT_UNSIGNED)
         return Tensor(name, datatype, binary.take(name, size, datatype, shape, request_id))
     if datatype.wire_name in ("FP16", "BF16"):
         raise InvalidArgumentError(
@@ -154,10 +192,17 @@ def _input_tensor(
         )
     try:
         array = array_from_json_data(entry["data"], datatype.wire_name, tuple(shape))
-    except (ValueError, TypeError) as exc:
-        raise InvalidArgumentError(
-            f"Failed to parse 'data' field for input '{name}': {exc}"
-        ) from None
+    except TypeError:
+        if datatype.is_bytes:
+            raise InternalError(f"Unable to parse JSON bytes array: {_NOT_STRING}") from None
+        raise _unparsable("data", _JSON_KIND_ERRORS[datatype.wire_name]) from None
+    except ValueError as exc:
+        if str(exc) == SHAPE_MISMATCH:
+            raise _unparsable("data", SHAPE_MISMATCH) from None
+        if datatype.wire_name.startswith("UINT") and "value -" in str(exc):
+            raise _unparsable("data", _NOT_UNSIGNED) from None
+        # Out-of-range integers: Triton wraps them silently; this server refuses them.
+        raise InvalidArgumentError(f"Unable to parse 'data': {exc}") from None
     return Tensor(name, datatype, array)
 
 
@@ -178,12 +223,13 @@ def _requested_outputs(raw: Any, decoded: DecodedInfer) -> None:
             raise InvalidArgumentError(
                 f"Unable to find shared memory region: '{parameters['shared_memory_region']}'"
             )
-        binary = parameters.get("binary_data", decoded.binary_by_default)
+        # binary_data_output is the default only for the outputs a request does not name.
+        binary = parameters.get("binary_data", False)
         class_count = parameters.get("classification", 0)
         if not isinstance(binary, bool):
-            raise InvalidArgumentError(f"Unable to parse 'binary_data' for output '{name}'")
-        if not isinstance(class_count, int) or isinstance(class_count, bool) or class_count < 0:
-            raise InvalidArgumentError(f"Unable to parse 'classification' for output '{name}'")
+            raise _unparsable("binary_data", _NOT_BOOL)
+        if not _is_unsigned(class_count):
+            raise InternalError(f"Unable to set 'classification': {_NOT_UNSIGNED}")
         requested[name] = RequestedOutput(name, class_count)
         decoded.binary_outputs[name] = binary
     decoded.request.requested_outputs = requested
@@ -196,7 +242,7 @@ def decode_infer_request(model: Model, body: Buffer, header_length: int | None) 
         return _decode_raw_binary(model, body, request)
     if header_length is None:
         json_part: Buffer = body
-        cursor = None
+        cursor = _BinaryCursor(body, len(body), model.name)  # no binary section
     else:
         if header_length < 0 or header_length > len(body):
             raise InvalidArgumentError(
@@ -213,45 +259,61 @@ def decode_infer_request(model: Model, body: Buffer, header_length: int | None) 
     request.id = request_id
     decoded = DecodedInfer(request)
     decoded.binary_by_default = _request_parameters(document.get("parameters"), request)
-    inputs = document.get("inputs")
+    inputs = _member(document, "inputs")
     if not isinstance(inputs, list):
-        raise InvalidArgumentError("Unable to find 'inputs' as a JSON array in the request")
+        raise _unparsable("inputs", _NOT_ARRAY)
     for entry in inputs:
-        tensor = _input_tensor(entry, model, cursor, request_id)
+        tensor = _input_tensor(entry, cursor, request_id)
+        if tensor.name in request.inputs:
+            raise InvalidArgumentError(
+                f"input '{tensor.name}' already exists in request"
+            ).with_request_id(request_id)
         request.inputs[tensor.name] = tensor
-    if cursor is not None:
-        cursor.check_consumed()
+    cursor.check_consumed()
     _requested_outputs(document.get("outputs"), decoded)
     return decoded
 
 
 def _decode_raw_binary(model: Model, body: Buffer, request: InferenceRequest) -> DecodedInfer:
-    """``Inference-Header-Content-Length: 0``: the whole body is the single input's data."""
+    """``Inference-Header-Content-Length: 0``: the whole body is the single input's data.
+
+    As in Triton, the request's one input is called ``raw_input`` until it is matched to
+    the model's input, and it is a batch of one for batching models.
+    """
     specs = model.specs
     if len(specs.inputs) != 1:
         raise InvalidArgumentError(
-            f"Raw request must only have 1 input (found {len(specs.inputs)}) to be deduced but "
-            f"got {len(specs.inputs)} inputs in '{model.name}' model configuration"
-        )
+            f"Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{len(specs.inputs)} inputs in '{model.name}' model configuration"
+        ).with_request_id(request.id)
     spec = next(iter(specs.inputs.values()))
     batch = [1] if specs.max_batch_size > 0 else []
     if spec.datatype.is_bytes:
-        array = np.empty(1, dtype=object)
-        array[0] = bytes(body)
-        data = array.reshape([*batch, *([1] * len(spec.dims))] if spec.dims else batch or [1])
-    else:
-        itemsize = spec.datatype.itemsize
-        fixed = types.element_count([d for d in spec.dims if d != -1])
-        variable = sum(1 for d in spec.dims if d == -1)
-        if variable > 1 or len(body) % (itemsize * max(fixed, 1)):
+        if list(spec.dims) != [1]:
             raise InvalidArgumentError(
-                f"Raw request for model '{model.name}' cannot be deduced: the body of "
-                f"{len(body)} bytes does not fit input '{spec.name}' of shape "
-                f"{list(spec.dims)} and type {spec.datatype.wire_name}"
-            )
-        count = len(body) // itemsize
-        dims = [count // max(fixed, 1) if d == -1 else d for d in spec.dims]
-        data = np.frombuffer(body, spec.datatype.numpy_dtype, count).reshape([*batch, *dims])
+                f"For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
+            ).with_request_id(request.id)
+        array = np.empty([*batch, 1], dtype=object)
+        array.flat[0] = bytes(body)
+        data = array
+    else:
+        variable = sum(1 for d in spec.dims if d == -1)
+        if variable > 1:
+            raise InvalidArgumentError(
+                f"Raw request for input '{spec.name}' of model '{model.name}' cannot be "
+                f"deduced: its shape {list(spec.dims)} has more than one variable dimension"
+            ).with_request_id(request.id)
+        fixed = types.element_count([d for d in spec.dims if d != -1])
+        count = len(body) // spec.datatype.itemsize // max(fixed, 1)
+        shape = [*batch, *(count if d == -1 else d for d in spec.dims)]
+        data = array_from_bytes(
+            body,
+            spec.datatype,
+            shape,
+            input_name="raw_input",
+            model_name=model.name,
+            request_id=request.id,
+        )
     request.inputs[spec.name] = Tensor(spec.name, spec.datatype, data)
     return DecodedInfer(request, binary_by_default=True)
 
@@ -270,6 +332,7 @@ def encode_infer_response(
         document["parameters"] = _response_parameters(response.parameters)
     outputs: list[dict[str, Any]] = []
     blobs: list[Buffer] = []
+    non_finite = False
     for tensor in response.outputs:
         entry: dict[str, Any] = {
             "name": tensor.name,
@@ -282,10 +345,11 @@ def encode_infer_response(
             if len(blob):
                 blobs.append(blob)
         else:
-            entry["data"] = _json_data(tensor)
+            entry["data"] = data = _json_data(tensor)
+            non_finite = non_finite or isinstance(data, _NonFinite)
         outputs.append(entry)
     document["outputs"] = outputs
-    header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    header = _dumps(document, non_finite)
     if not blobs:
         return HttpResponse(200, (header,), JSON)
     return HttpResponse(
@@ -301,7 +365,7 @@ def _json_data(tensor: Tensor) -> Any:
     if wire in ("FP16", "BF16"):
         raise InvalidArgumentError(
             f"sending {wire} data via JSON is not supported. Please use the binary data "
-            f"format for output {tensor.name}"
+            "format for output"
         )
     if tensor.datatype.is_bytes:
         try:
@@ -311,8 +375,45 @@ def _json_data(tensor: Tensor) -> Any:
                 f"output '{tensor.name}' holds bytes that are not valid UTF-8 and cannot be "
                 "sent as JSON; request it with binary_data"
             ) from None
+    data = np.ascontiguousarray(tensor.data).reshape(-1)
+    if wire == "FP32":
+        # Triton writes each float32 as the double it converts to (0.1 -> 0.10000000149...).
+        data = data.astype(np.float64)
+    if data.dtype.kind == "f" and not np.isfinite(data).all():
+        return _NonFinite(data)
     # orjson writes C-contiguous numpy arrays natively, without Python objects.
-    return np.ascontiguousarray(tensor.data).reshape(-1)
+    return data
+
+
+class _NonFinite:
+    """Float data with NaN/Infinity, which Triton writes as those bare words (not JSON)."""
+
+    MARK = "\x00nonfinite\x00"
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+
+    def values(self) -> list[object]:
+        return [
+            v if np.isfinite(v) else f"{self.MARK}{_NON_FINITE[str(v)]}" for v in self.data.tolist()
+        ]
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _dumps(document: dict[str, Any], non_finite: bool) -> bytes:
+    if not non_finite:
+        return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    header = orjson.dumps(
+        document,
+        option=orjson.OPT_SERIALIZE_NUMPY,
+        default=lambda value: value.values() if isinstance(value, _NonFinite) else None,
+    )
+    for word in _NON_FINITE.values():
+        marked = orjson.dumps(f"{_NonFinite.MARK}{word}")
+        header = header.replace(marked, word.encode())
+    return header
 
 
 def _response_parameters(parameters: Mapping[str, ParameterValue]) -> dict[str, ParameterValue]:

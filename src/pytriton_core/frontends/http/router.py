@@ -14,10 +14,14 @@ from pytriton_core.frontends.http.messages import HttpResponse, plain_error
 class Request(Protocol):
     """What a handler reads of an HTTP request (the compiled framing's HttpRequest)."""
 
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: bytes | bytearray | memoryview
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def body(self) -> bytes | bytearray | memoryview: ...
 
 
 Handler = Callable[[Request, "RouteMatch"], Awaitable[HttpResponse]]

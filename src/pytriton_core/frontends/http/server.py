@@ -10,15 +10,18 @@ import asyncio
 import logging
 import socket
 from collections import deque
+from dataclasses import dataclass
 from typing import cast
 
 import httptools
 
 from pytriton_core._native.http_framing import (
     BodyTooLargeError,
+    HeadTooLargeError,
     HttpRequest,
     RequestAssembler,
     build_response_head,
+    framing_error,
 )
 from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import ServerError
@@ -29,6 +32,14 @@ from pytriton_core.frontends.http.router import Router
 log = logging.getLogger(__name__)
 
 _MAX_PIPELINED = 64  # stop reading from a client that queues more than this
+
+
+@dataclass(frozen=True, slots=True)
+class _BrokenStream:
+    """Queued after the last good request of a connection whose bytes stopped parsing."""
+
+    status: int
+    message: str
 
 
 class HttpFrontend:
@@ -69,7 +80,8 @@ class HttpProtocol(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self._assembler)
         self._assembler.attach(self._parser)
         self._transport: asyncio.Transport | None = None
-        self._pending: deque[HttpRequest] = deque()
+        self._pending: deque[HttpRequest | _BrokenStream] = deque()
+        self._broken = False
         self._busy = False
         self._paused = False
         self._closing = False
@@ -91,15 +103,26 @@ class HttpProtocol(asyncio.Protocol):
         self._pending.clear()
 
     def data_received(self, data: bytes) -> None:
+        if self._broken:
+            return
+        failure: _BrokenStream | None = None
         try:
             self._parser.feed_data(data)
-        except BodyTooLargeError as exc:
-            self._fail_connection(413, str(exc))
-            return
         except httptools.HttpParserError as exc:
-            self._fail_connection(400, f"malformed HTTP request: {exc}")
-            return
+            framing = framing_error(exc)
+            if isinstance(framing, BodyTooLargeError):
+                failure = _BrokenStream(413, str(framing))
+            elif isinstance(framing, HeadTooLargeError):
+                failure = _BrokenStream(431, str(framing))
+            else:
+                failure = _BrokenStream(400, f"malformed HTTP request: {exc}")
+        # Requests completed before the bad bytes are answered first, in order.
         self._pending.extend(self._assembler.drain())
+        if failure is not None:
+            self._broken = True
+            self._pending.append(failure)
+        elif self._assembler.take_expect_continue() and self._transport is not None:
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if len(self._pending) > _MAX_PIPELINED and not self._paused and self._transport:
             self._transport.pause_reading()
             self._paused = True
@@ -115,9 +138,13 @@ class HttpProtocol(asyncio.Protocol):
     def _start_next(self) -> None:
         if self._busy or not self._pending:
             return
+        item = self._pending.popleft()
+        if isinstance(item, _BrokenStream):
+            self._pending.clear()
+            self._write(plain_error(item.status, item.message), keep_alive=False)
+            return
         self._busy = True
-        request = self._pending.popleft()
-        asyncio.get_running_loop().create_task(self._handle(request))
+        asyncio.get_running_loop().create_task(self._handle(item))
 
     async def _handle(self, request: HttpRequest) -> None:
         try:
@@ -148,7 +175,3 @@ class HttpProtocol(asyncio.Protocol):
         transport.writelines((head, *response.body))
         if not keep_alive:
             transport.close()
-
-    def _fail_connection(self, status: int, message: str) -> None:
-        self._pending.clear()
-        self._write(plain_error(status, message), keep_alive=False)

@@ -1,0 +1,148 @@
+"""HTTP/1.1 framing over httptools (csrc/http/http_framing.pyx).
+
+Per connection::
+
+    assembler = RequestAssembler(max_body_size)
+    parser = httptools.HttpRequestParser(assembler)
+    assembler.attach(parser)
+    try:
+        parser.feed_data(data)
+    except httptools.HttpParserError as exc:
+        error = framing_error(exc)  # FramingError subclass with .status, or None: 400
+        ...                         # answer, then close: the parser stays failed
+    for request in assembler.drain():  # completed before any error, oldest first
+        ...
+
+Exceptions raised in the callbacks do not reach ``feed_data``'s caller as themselves:
+httptools parks the exception, fails the parse and raises
+``httptools.HttpParserCallbackError`` (a ``HttpParserError``) with the original as its
+``__context__``; ``framing_error`` unwraps it. Malformed HTTP raises other
+``HttpParserError`` subclasses (400).
+"""
+
+from collections.abc import Sequence
+from typing import Final, final
+
+import httptools
+
+DEFAULT_MAX_BODY_SIZE: Final[int]  # 64 MiB (Triton's --http-max-input-size) + 64 KiB
+DEFAULT_MAX_HEAD_SIZE: Final[int]  # 64 KiB of request target + headers
+KNOWN_HEADERS: Final[tuple[str, ...]]
+"""The lower-case header names kept in ``HttpRequest.headers``: content-length,
+inference-header-content-length, content-encoding, accept-encoding, connection,
+content-type, expect."""
+
+class FramingError(Exception):
+    """A request the framing refuses; answer with ``status`` and close the connection."""
+
+    status: int  # 400
+
+class BodyTooLargeError(FramingError):
+    """The body is over ``max_body_size``: raised as soon as Content-Length declares it
+    (before any body byte is buffered), or when chunked data passes the limit."""
+
+    status: int  # 413
+
+class HeadTooLargeError(FramingError):
+    """The request target plus headers are over ``max_head_size``."""
+
+    status: int  # 431
+
+def framing_error(exc: BaseException) -> FramingError | None:
+    """The FramingError behind an exception from ``parser.feed_data``, else None."""
+
+@final
+class HttpRequest:
+    """One complete request; the assembler never touches it again after ``drain``."""
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: str = "",
+        headers: dict[str, str] | None = None,
+        raw_headers: list[tuple[bytes, bytes]] | None = None,
+        body: bytes | bytearray = b"",
+        keep_alive: bool = True,
+        http_version: str = "1.1",
+    ) -> None: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str:
+        """Percent-decoded like ``urllib.parse.unquote`` (UTF-8, invalid -> U+FFFD),
+        without query and fragment; absolute-form targets reduced to their path."""
+    @property
+    def query(self) -> str:
+        """The raw query string after ``?`` (not decoded); "" if none."""
+    @property
+    def headers(self) -> dict[str, str]:
+        """``KNOWN_HEADERS`` that were present: lower-case name -> latin-1 value without
+        surrounding blanks; a repeated header's values joined with ", "."""
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """Every header (not chunked trailers) as received, in order, for forwarding."""
+    @property
+    def body(self) -> bytes | bytearray:
+        """The whole body; from the assembler always a ``bytearray`` of exactly the body's
+        length (empty when there is none), owned by this request: numpy can view it
+        without a copy (``np.frombuffer``)."""
+    @property
+    def keep_alive(self) -> bool:
+        """``parser.should_keep_alive()`` at message end (HTTP/1.0 without keep-alive and
+        ``Connection: close`` give False)."""
+    @property
+    def http_version(self) -> str:
+        """ "1.1" or "1.0"."""
+
+@final
+class RequestAssembler:
+    """The httptools callback object of one connection: collects complete requests.
+
+    A body with Content-Length is copied once into a preallocated bytearray; a chunked
+    one grows geometrically. Request-line and header sizes are bounded by
+    ``max_head_size`` as the pieces reach the callbacks (httptools itself buffers one
+    header line before calling ``on_header``).
+    """
+
+    @property
+    def max_body_size(self) -> int: ...
+    @property
+    def max_head_size(self) -> int: ...
+    def __init__(self, max_body_size: int = ..., max_head_size: int = ...) -> None: ...
+    def attach(self, parser: httptools.HttpRequestParser) -> None:
+        """The parser that calls this assembler (for method, version and keep-alive).
+        Required before the first ``feed_data``; the two reference each other until
+        ``detach()`` or garbage collection."""
+    def detach(self) -> None: ...
+    def drain(self) -> list[HttpRequest]:
+        """Requests completed since the last call, oldest first (pipelining: several may
+        complete in one ``feed_data``)."""
+    def take_expect_continue(self) -> bool:
+        """True once for an HTTP/1.1 request with ``Expect: 100-continue`` whose body has
+        not started: the protocol writes ``HTTP/1.1 100 Continue\\r\\n\\r\\n``."""
+    # httptools callbacks
+    def on_message_begin(self) -> None: ...
+    def on_url(self, url: bytes) -> None: ...
+    def on_header(self, name: bytes, value: bytes) -> None: ...
+    def on_headers_complete(self) -> None: ...
+    def on_body(self, chunk: bytes) -> None: ...
+    def on_message_complete(self) -> None: ...
+
+def reason_phrase(status: int) -> str:
+    """The reason phrase sent for ``status`` ("Unknown" for codes the server never uses)."""
+
+def build_response_head(
+    status: int,
+    content_type: bytes | None,
+    content_length: int,
+    keep_alive: bool,
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
+) -> bytes:
+    """``HTTP/1.1 <status> <reason>\\r\\n``, then Content-Type (if given), Content-Length,
+    ``Connection: keep-alive|close``, the extra headers in order, and the blank line.
+
+    Raises ValueError for a status outside 100-999, a negative length, a header name
+    that is not a token, or CR/LF/NUL in a name or value (header injection); TypeError
+    for non-bytes names or values.
+    """

@@ -1,0 +1,282 @@
+"""ModelInferRequest → core request, core response → ModelInferResponse (unary and stream).
+
+Raw inputs become numpy views over the received message bytes (``wire.split_field``), typed
+``contents`` are converted to the binary form and decoded by the same code; raw outputs are
+written from the tensors' memory after the protobuf header, one entry per output, aligned
+with ``outputs`` as the clients require. Request parameters, datatypes and byte sizes follow
+the rules every front end shares (``core.parameters``, ``core.tensor_data``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from pytriton_core import proto, types
+from pytriton_core._native.bytes_codec import serialize_bytes_tensor
+from pytriton_core.core.model import Model
+from pytriton_core.core.parameters import apply_request_parameter
+from pytriton_core.core.request import InferenceRequest, RequestedOutput
+from pytriton_core.core.response import InferenceResponse, ParameterValue
+from pytriton_core.core.service import InferenceService
+from pytriton_core.core.tensor import Tensor
+from pytriton_core.core.tensor_data import (
+    Buffer,
+    array_from_bytes,
+    array_to_bytes,
+    datatype_from_wire,
+)
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
+from pytriton_core.frontends.grpc import wire
+
+# Message classes of the private pool; their fields are only known at run time.
+_ModelInferRequest: Any = proto.inference("ModelInferRequest")
+_ModelInferResponse: Any = proto.inference("ModelInferResponse")
+_ModelStreamInferResponse: Any = proto.inference("ModelStreamInferResponse")
+
+_RAW_INPUT_CONTENTS = _ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
+_RAW_OUTPUT_CONTENTS = _ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
+_STREAM_INFER_RESPONSE = _ModelStreamInferResponse.DESCRIPTOR.fields_by_name[
+    "infer_response"
+].number
+
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+FINAL_RESPONSE = "triton_final_response"
+_INT64_MAX = 2**63 - 1
+
+# InferTensorContents field → (the datatype it is named after in errors, its numpy type).
+_CONTENTS_FIELDS: dict[str, tuple[str, np.dtype[Any]]] = {
+    "bool_contents": ("BOOL", np.dtype(np.bool_)),
+    "int_contents": ("INT32", np.dtype(np.int32)),
+    "int64_contents": ("INT64", np.dtype(np.int64)),
+    "uint_contents": ("UINT32", np.dtype(np.uint32)),
+    "uint64_contents": ("UINT64", np.dtype(np.uint64)),
+    "fp32_contents": ("FP32", np.dtype(np.float32)),
+    "fp64_contents": ("FP64", np.dtype(np.float64)),
+    "bytes_contents": ("BYTES", np.dtype(np.object_)),
+}
+# Which field carries each datatype; FP16 and BF16 travel only as raw contents.
+_FIELD_OF_DATATYPE: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+@dataclass(slots=True)
+class DecodedInfer:
+    model: Model
+    request: InferenceRequest
+    # As the client sent them: stream errors and empty final responses echo these.
+    model_name: str
+    model_version: str
+    enable_empty_final_response: bool = False
+
+
+def read_request(data: bytes) -> tuple[Any, list[memoryview]]:
+    """The request message without its raw contents, and the raw contents as views."""
+    try:
+        header_bytes, raw = wire.split_field(data, _RAW_INPUT_CONTENTS)
+        return _ModelInferRequest.FromString(header_bytes), raw
+    except (wire.WireError, DecodeError) as exc:
+        raise InvalidArgumentError(f"failed to parse the ModelInferRequest: {exc}") from None
+
+
+def decode_infer_request(
+    service: InferenceService, message: Any, raw: list[memoryview], *, unary: bool
+) -> DecodedInfer:
+    """A core request for ``message``; the model validates it when it is submitted."""
+    model = service.model(message.model_name, message.model_version)
+    if unary and model.decoupled:
+        raise UnsupportedError(
+            "ModelInfer RPC doesn't support models with decoupled transaction policy"
+        )
+    request = InferenceRequest(model_name=model.name, model_version=model.version, id=message.id)
+    decoded = DecodedInfer(model, request, message.model_name, message.model_version)
+    for key, parameter in message.parameters.items():
+        value = _parameter_value(parameter)
+        if key == EMPTY_FINAL_RESPONSE:
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"Unable to parse '{key}', expecting a bool")
+            decoded.enable_empty_final_response = value
+        apply_request_parameter(request, key, value, allowed_reserved=(EMPTY_FINAL_RESPONSE,))
+    next_raw = 0
+    for entry in message.inputs:
+        name: str = entry.name
+        datatype = datatype_from_wire(entry.datatype, name)
+        shape = list(entry.shape)
+        if any(dim < 0 for dim in shape):
+            raise InvalidArgumentError(
+                f"Unable to parse 'shape' for input '{name}': expecting unsigned integers"
+            )
+        _reject_shared_memory(entry.parameters)
+        if entry.HasField("contents"):
+            if raw:
+                raise InvalidArgumentError(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{name}' for model '{model.name}'"
+                )
+            data = _contents_as_bytes(entry.contents, datatype, name, model.name)
+        else:
+            if next_raw >= len(raw):
+                raise InvalidArgumentError(
+                    f"unable to find data for input tensor '{name}' for model '{model.name}' "
+                    "in request."
+                )
+            data = raw[next_raw]
+            next_raw += 1
+        array = array_from_bytes(
+            data, datatype, shape, input_name=name, model_name=model.name, request_id=request.id
+        )
+        request.inputs[name] = Tensor(name, datatype, array)
+    if message.outputs:
+        request.requested_outputs = {
+            output.name: _requested_output(output) for output in message.outputs
+        }
+    return decoded
+
+
+def _parameter_value(parameter: Any) -> object:
+    """The Python value of an ``InferParameter`` (None when no member of the oneof is set)."""
+    which = parameter.WhichOneof("parameter_choice")
+    return None if which is None else getattr(parameter, which)
+
+
+def _reject_shared_memory(parameters: Mapping[str, Any]) -> None:
+    if "shared_memory_region" in parameters:
+        region = _parameter_value(parameters["shared_memory_region"])
+        raise InvalidArgumentError(f"Unable to find shared memory region: '{region}'")
+
+
+def _requested_output(output: Any) -> RequestedOutput:
+    _reject_shared_memory(output.parameters)
+    class_count: object = 0
+    if "classification" in output.parameters:
+        class_count = _parameter_value(output.parameters["classification"])
+    if not isinstance(class_count, int) or isinstance(class_count, bool) or class_count < 0:
+        raise InvalidArgumentError(f"Unable to parse 'classification' for output '{output.name}'")
+    return RequestedOutput(output.name, class_count)
+
+
+def _contents_as_bytes(
+    contents: Any, datatype: types.DataType, name: str, model_name: str
+) -> Buffer:
+    """Typed contents in the binary form, so that they are checked like raw contents."""
+    expected_field = _FIELD_OF_DATATYPE.get(datatype.wire_name)
+    present = [field.name for field, _ in contents.ListFields()]
+    for field in present:
+        if field != expected_field:
+            raise InvalidArgumentError(
+                f"unexpected explicit tensor data for input tensor '{name}' for model "
+                f"'{model_name}' of type '{_CONTENTS_FIELDS[field][0]}', expected datatype "
+                f"'{datatype.wire_name}'"
+            )
+    if expected_field is None:  # FP16, BF16 with no contents at all
+        return b""
+    values = getattr(contents, expected_field)
+    if datatype.is_bytes:
+        elements = np.empty(len(values), dtype=np.object_)
+        elements[:] = list(values)
+        serialized: bytes = serialize_bytes_tensor(elements)
+        return serialized
+    # INT8/INT16 and UINT8/UINT16 arrive widened to 32 bits; narrow them as Triton does.
+    wide = np.array(values, dtype=_CONTENTS_FIELDS[expected_field][1])
+    return wide.astype(datatype.numpy_dtype, copy=False).view(np.uint8).data
+
+
+# ------------------------------------------------------------------------------- responses
+
+
+def _set_parameters(target: Any, parameters: Mapping[str, ParameterValue]) -> None:
+    for key, value in parameters.items():
+        parameter = target[key]
+        if isinstance(value, bool):
+            parameter.bool_param = value
+        elif isinstance(value, int):
+            if value > _INT64_MAX:
+                parameter.uint64_param = value
+            else:
+                parameter.int64_param = value
+        elif isinstance(value, float):
+            parameter.double_param = value
+        elif isinstance(value, str):
+            parameter.string_param = value
+        else:
+            raise UnsupportedError(
+                f"Response parameter '{key}' of type {type(value).__name__} is not supported"
+            )
+
+
+def _response_parts(
+    decoded: DecodedInfer, response: InferenceResponse, final: bool | None
+) -> list[Buffer]:
+    model = decoded.model
+    header = _ModelInferResponse(
+        model_name=model.name, model_version=str(model.version), id=decoded.request.id
+    )
+    _set_parameters(header.parameters, response.parameters)
+    if final is not None:
+        header.parameters[FINAL_RESPONSE].bool_param = final
+    raw: list[Buffer] = []
+    for tensor in response.outputs:
+        header.outputs.add(
+            name=tensor.name, datatype=tensor.datatype.wire_name, shape=tensor.data.shape
+        )
+        raw.append(array_to_bytes(tensor))
+    parts: list[Buffer] = [header.SerializeToString()]
+    wire.append_field(parts, _RAW_OUTPUT_CONTENTS, raw)
+    return parts
+
+
+def encode_infer_response(decoded: DecodedInfer, response: InferenceResponse) -> bytes:
+    """A serialized ModelInferResponse (ModelInfer)."""
+    return b"".join(_response_parts(decoded, response, None))
+
+
+def encode_stream_response(
+    decoded: DecodedInfer, response: InferenceResponse, final: bool
+) -> bytes:
+    """A serialized ModelStreamInferResponse carrying a response (ModelStreamInfer)."""
+    parts = _response_parts(decoded, response, final)
+    return b"".join(wire.nest(parts, _STREAM_INFER_RESPONSE))
+
+
+def encode_stream_error(message: str, request_id: str) -> bytes:
+    """A request that failed before it reached a model: its id, the error, and final.
+
+    (Triton sends only the id here; the final flag too keeps "every stream response says
+    whether it is its request's last" true without exception.)
+    """
+    response = _ModelStreamInferResponse(error_message=message)
+    response.infer_response.id = request_id
+    response.infer_response.parameters[FINAL_RESPONSE].bool_param = True
+    serialized: bytes = response.SerializeToString()
+    return serialized
+
+
+def encode_stream_completion(decoded: DecodedInfer, final: bool, error: str = "") -> bytes:
+    """A response without outputs: a model's error, or a decoupled request's empty final one.
+
+    Carries what the client sent (id, model name and version) and the final flag.
+    """
+    response = _ModelStreamInferResponse(error_message=error)
+    infer_response = response.infer_response
+    infer_response.id = decoded.request.id
+    infer_response.model_name = decoded.model_name
+    infer_response.model_version = decoded.model_version
+    infer_response.parameters[FINAL_RESPONSE].bool_param = final
+    serialized: bytes = response.SerializeToString()
+    return serialized

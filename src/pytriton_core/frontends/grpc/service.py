@@ -1,0 +1,206 @@
+"""inference.GRPCInferenceService: each RPC reads its message, calls the core, answers.
+
+The method table comes from the service descriptor, so every RPC the proto declares has a
+handler (a missing one fails at start, not on the first call). Core errors are
+ServerErrors; ``answering_errors`` turns them into the gRPC status their code maps to
+(``ServerError.grpc_status_name``), with the core's message, in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from pytriton_core import proto
+from pytriton_core.core.service import InferenceService
+from pytriton_core.errors import InternalError, InvalidArgumentError, ServerError, UnsupportedError
+from pytriton_core.frontends.grpc.infer_codec import (
+    decode_infer_request,
+    encode_infer_response,
+    read_request,
+)
+from pytriton_core.frontends.grpc.stream import InferStream
+from pytriton_core.repository.overrides import FILE_PREFIX
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = proto.GRPC_INFERENCE_SERVICE.full_name
+# The RPCs whose inference messages skip protobuf's (de)serialization (see wire.py).
+_RAW_RPCS = ("ModelInfer", "ModelStreamInfer")
+# RPCs of extensions this server does not have yet: the feature named in the answer.
+_UNSUPPORTED_FEATURES = {
+    "SystemSharedMemoryStatus": "system shared memory",
+    "SystemSharedMemoryRegister": "system shared memory",
+    "SystemSharedMemoryUnregister": "system shared memory",
+    "CudaSharedMemoryStatus": "CUDA shared memory",
+    "CudaSharedMemoryRegister": "CUDA shared memory",
+    "CudaSharedMemoryUnregister": "CUDA shared memory",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+}
+
+Unary = Callable[[Any], Awaitable[Any]]
+
+
+def _message(name: str) -> Any:
+    return proto.inference(name)
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: ServerError) -> None:
+    await context.abort(grpc.StatusCode[error.grpc_status_name], error.message)
+
+
+def answering_errors(
+    method: Unary, rpc: str
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(request)
+        except ServerError as exc:
+            await _abort(context, exc)
+        except Exception as exc:
+            log.exception("%s failed", rpc)
+            await _abort(context, InternalError(f"{type(exc).__name__}: {exc}"))
+
+    return call
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class GrpcInferenceService:
+    """The RPC handlers over one ``InferenceService``."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for method in proto.GRPC_INFERENCE_SERVICE.methods:
+            rpc = method.name
+            if rpc == "ModelStreamInfer":
+                handlers[rpc] = grpc.stream_stream_rpc_method_handler(self._model_stream_infer)
+                continue
+            if rpc in _UNSUPPORTED_FEATURES:
+                implementation: Unary = _unsupported(_UNSUPPORTED_FEATURES[rpc])
+            else:
+                implementation = getattr(self, _snake_case(rpc))
+            raw = rpc in _RAW_RPCS
+            request_class = proto.message_class(method.input_type.full_name)
+            response_class = proto.message_class(method.output_type.full_name)
+            handlers[rpc] = grpc.unary_unary_rpc_method_handler(
+                answering_errors(implementation, rpc),
+                request_deserializer=None if raw else request_class.FromString,
+                response_serializer=None if raw else response_class.SerializeToString,
+            )
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+    # --------------------------------------------------------------- health
+
+    async def server_live(self, request: Any) -> Any:
+        return _message("ServerLiveResponse")(live=self._service.is_live())
+
+    async def server_ready(self, request: Any) -> Any:
+        return _message("ServerReadyResponse")(ready=self._service.is_ready())
+
+    async def model_ready(self, request: Any) -> Any:
+        ready = self._service.is_model_ready(request.name, request.version)
+        return _message("ModelReadyResponse")(ready=ready)
+
+    # ------------------------------------------------------------- metadata
+
+    async def server_metadata(self, request: Any) -> Any:
+        return json_format.ParseDict(
+            self._service.server_metadata(), _message("ServerMetadataResponse")()
+        )
+
+    async def model_metadata(self, request: Any) -> Any:
+        metadata = self._service.model_metadata(request.name, request.version)
+        return json_format.ParseDict(metadata, _message("ModelMetadataResponse")())
+
+    async def model_config(self, request: Any) -> Any:
+        response = _message("ModelConfigResponse")()
+        response.config.CopyFrom(self._service.model(request.name, request.version).config)
+        return response
+
+    async def model_statistics(self, request: Any) -> Any:
+        statistics = self._service.statistics(request.name, request.version)
+        return json_format.ParseDict(statistics, _message("ModelStatisticsResponse")())
+
+    # ---------------------------------------------------------------- infer
+
+    async def model_infer(self, data: bytes) -> bytes:
+        message, raw = read_request(data)
+        decoded = decode_infer_request(self._service, message, raw, unary=True)
+        try:
+            response = await self._service.infer(decoded.model, decoded.request)
+        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
+            decoded.request.cancelled = True
+            raise
+        if response.error is not None:
+            raise response.error
+        return encode_infer_response(decoded, response)
+
+    async def _model_stream_infer(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> None:
+        await InferStream(self._service, context).run(requests)
+
+    # ----------------------------------------------------- model repository
+
+    async def repository_index(self, request: Any) -> Any:
+        _reject_named_repository(request)
+        response = _message("RepositoryIndexResponse")()
+        for entry in self._service.manager.index(request.ready):
+            model = response.models.add(name=entry.name)
+            if entry.version is not None:
+                model.version = str(entry.version)
+            if entry.state is not None:
+                model.state = entry.state.value
+                model.reason = entry.reason
+        return response
+
+    async def repository_model_load(self, request: Any) -> Any:
+        _reject_named_repository(request)
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, parameter in request.parameters.items():
+            which = parameter.WhichOneof("parameter_choice")
+            if key == "config" and which == "string_param":
+                config = parameter.string_param
+            elif key.startswith(FILE_PREFIX) and which == "bytes_param":
+                files[key] = parameter.bytes_param
+            else:
+                raise InternalError("unexpected error on creating Triton parameter")
+        await self._service.load_model(request.model_name, config, files)
+        return _message("RepositoryModelLoadResponse")()
+
+    async def repository_model_unload(self, request: Any) -> Any:
+        _reject_named_repository(request)
+        unload_dependents = False
+        if "unload_dependents" in request.parameters:
+            parameter = request.parameters["unload_dependents"]
+            if parameter.WhichOneof("parameter_choice") != "bool_param":
+                raise InvalidArgumentError("Unable to parse 'unload_dependents', expecting a bool")
+            unload_dependents = parameter.bool_param
+        await self._service.unload_model(request.model_name, unload_dependents)
+        return _message("RepositoryModelUnloadResponse")()
+
+
+def _reject_named_repository(request: Any) -> None:
+    if request.repository_name:
+        raise UnsupportedError("'repository_name' specification is not supported")
+
+
+def _unsupported(feature: str) -> Unary:
+    async def handler(request: Any) -> Any:
+        raise UnsupportedError(f"the {feature} extension is not supported by this server yet")
+
+    return handler

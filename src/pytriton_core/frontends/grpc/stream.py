@@ -1,0 +1,123 @@
+"""ModelStreamInfer: one bidirectional stream carrying many independent requests.
+
+A reader task decodes each request as it arrives and submits it to its model at once, so
+many are in flight on one stream. Every response the core delivers (``on_response``, on the
+event loop) is encoded there and queued; the handler writes the queue to the stream, in
+order of completion. A request that fails, before or inside a model, is answered with an
+``error_message`` on the stream, which stays open, unless the client asked for gRPC errors
+(``triton_grpc_error: true`` metadata): then the first error ends the stream with its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.core.response import InferenceResponse
+from pytriton_core.core.service import InferenceService
+from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.frontends.grpc.infer_codec import (
+    DecodedInfer,
+    decode_infer_request,
+    encode_stream_completion,
+    encode_stream_error,
+    encode_stream_response,
+    read_request,
+)
+
+log = logging.getLogger(__name__)
+
+GRPC_ERROR_HEADER = "triton_grpc_error"
+
+
+class InferStream:
+    def __init__(self, service: InferenceService, context: grpc.aio.ServicerContext) -> None:
+        self._service = service
+        self._context = context
+        metadata = context.invocation_metadata() or ()
+        self._grpc_errors = any(
+            key == GRPC_ERROR_HEADER and str(value).lower() == "true" for key, value in metadata
+        )
+        # Serialized ModelStreamInferResponses in completion order; None ends the stream.
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._in_flight: set[InferenceRequest] = set()
+        self._reading = True
+        self._failure: ServerError | None = None
+
+    async def run(self, requests: AsyncIterator[bytes]) -> None:
+        reader = asyncio.get_running_loop().create_task(self._read(requests))
+        try:
+            while (message := await self._outbox.get()) is not None:
+                await self._context.write(message)
+        finally:
+            reader.cancel()
+            for request in self._in_flight:  # the client went away, or the stream failed
+                request.cancelled = True
+        if self._failure is not None:
+            failure = self._failure
+            await self._context.abort(grpc.StatusCode[failure.grpc_status_name], failure.message)
+
+    async def _read(self, requests: AsyncIterator[bytes]) -> None:
+        try:
+            async for data in requests:
+                self._submit(data)
+                if self._failure is not None:
+                    return
+        finally:
+            self._reading = False
+            self._close_if_done()
+
+    def _submit(self, data: bytes) -> None:
+        request_id = ""
+        try:
+            message, raw = read_request(data)
+            request_id = message.id
+            decoded = decode_infer_request(self._service, message, raw, unary=False)
+            request = decoded.request
+            request.on_response = functools.partial(self._on_response, decoded)
+            self._in_flight.add(request)
+            try:
+                decoded.model.submit(request)
+            except BaseException:
+                self._in_flight.discard(request)
+                raise
+        except ServerError as exc:
+            self._fail(exc, encode_stream_error(exc.message, request_id))
+        except Exception as exc:
+            log.exception("ModelStreamInfer: unexpected error while submitting a request")
+            error = InternalError(f"{type(exc).__name__}: {exc}")
+            self._fail(error, encode_stream_error(error.message, request_id))
+
+    def _on_response(
+        self, decoded: DecodedInfer, response: InferenceResponse | None, final: bool
+    ) -> None:
+        if response is None:
+            if final and decoded.enable_empty_final_response:
+                self._outbox.put_nowait(encode_stream_completion(decoded, final))
+        elif response.error is not None:
+            error = response.error
+            self._fail(error, encode_stream_completion(decoded, final, error.message))
+        else:
+            try:
+                self._outbox.put_nowait(encode_stream_response(decoded, response, final))
+            except ServerError as exc:
+                self._fail(exc, encode_stream_completion(decoded, final, exc.message))
+        if final:
+            self._in_flight.discard(decoded.request)
+            self._close_if_done()
+
+    def _fail(self, error: ServerError, message: bytes) -> None:
+        if not self._grpc_errors:
+            self._outbox.put_nowait(message)
+        elif self._failure is None:
+            self._failure = error
+            self._outbox.put_nowait(None)
+
+    def _close_if_done(self) -> None:
+        if not self._reading and not self._in_flight and self._failure is None:
+            self._outbox.put_nowait(None)

@@ -1,0 +1,130 @@
+"""The hand-written protobuf wire paths of the gRPC front end, checked against protobuf."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytriton_core import proto, types
+from pytriton_core.core.response import InferenceResponse
+from pytriton_core.core.tensor import Tensor
+from pytriton_core.frontends.grpc import infer_codec, wire
+
+ModelInferRequest: Any = proto.inference("ModelInferRequest")
+ModelInferResponse: Any = proto.inference("ModelInferResponse")
+ModelStreamInferResponse: Any = proto.inference("ModelStreamInferResponse")
+RAW_INPUT_CONTENTS = 7
+
+
+def _request(raw: list[bytes]) -> Any:
+    request = ModelInferRequest(model_name="m", model_version="3", id="x" * 200)
+    request.parameters["p"].int64_param = 5
+    for i in range(len(raw)):
+        request.inputs.add(name=f"IN{i}", datatype="UINT8", shape=[1, 2])
+    request.raw_input_contents.extend(raw)
+    return request
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [3], [130, 0, 20000], [1 << 20]])
+def test_split_field_returns_views_over_the_message(sizes: list[int]) -> None:
+    raw = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    data = _request(raw).SerializeToString()
+    rest, entries = wire.split_field(data, RAW_INPUT_CONTENTS)
+    assert [bytes(e) for e in entries] == raw
+    assert all(e.obj is data for e in entries)  # views, not copies
+    expected = _request(raw)
+    expected.ClearField("raw_input_contents")
+    assert ModelInferRequest.FromString(rest) == expected
+
+
+def test_split_field_finds_entries_between_other_fields() -> None:
+    # Concatenated messages merge: raw entries may sit anywhere among the other fields.
+    first = ModelInferRequest(model_name="m", raw_input_contents=[b"a"]).SerializeToString()
+    second = ModelInferRequest(id="y", raw_input_contents=[b"bc"]).SerializeToString()
+    third = ModelInferRequest(model_version="1").SerializeToString()
+    rest, entries = wire.split_field(first + second + third, RAW_INPUT_CONTENTS)
+    assert [bytes(e) for e in entries] == [b"a", b"bc"]
+    assert ModelInferRequest.FromString(rest) == ModelInferRequest(
+        model_name="m", id="y", model_version="1"
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\x3a\x05abc", b"\x3a", b"\x3a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", b"\x0b"],
+)
+def test_split_field_refuses_malformed_messages(data: bytes) -> None:
+    with pytest.raises(wire.WireError):
+        wire.split_field(data, RAW_INPUT_CONTENTS)
+
+
+class _Model:
+    name = "m"
+    version = 2
+
+
+def _decoded(request_id: str = "r1") -> infer_codec.DecodedInfer:
+    request = infer_codec.InferenceRequest(model_name="m", model_version=2, id=request_id)
+    return infer_codec.DecodedInfer(_Model(), request, "m", "")  # type: ignore[arg-type]
+
+
+def _response() -> InferenceResponse:
+    strings = np.empty(2, dtype=object)
+    strings[:] = [b"", b"xyz"]
+    return InferenceResponse(
+        outputs=[
+            Tensor("A", types.BY_WIRE_NAME["FP32"], np.arange(6, dtype=np.float32).reshape(2, 3)),
+            Tensor("EMPTY", types.BY_WIRE_NAME["INT64"], np.zeros((0, 4), np.int64)),
+            Tensor("S", types.BYTES, strings),
+        ],
+        parameters={"flag": True, "n": 7, "big": 2**64 - 1, "ratio": 0.25, "s": "v"},
+    )
+
+
+def _expected_response(final: bool | None) -> Any:
+    expected = ModelInferResponse(model_name="m", model_version="2", id="r1")
+    expected.parameters["flag"].bool_param = True
+    expected.parameters["n"].int64_param = 7
+    expected.parameters["big"].uint64_param = 2**64 - 1
+    expected.parameters["ratio"].double_param = 0.25
+    expected.parameters["s"].string_param = "v"
+    if final is not None:
+        expected.parameters["triton_final_response"].bool_param = final
+    expected.outputs.add(name="A", datatype="FP32", shape=[2, 3])
+    expected.outputs.add(name="EMPTY", datatype="INT64", shape=[0, 4])
+    expected.outputs.add(name="S", datatype="BYTES", shape=[2])
+    expected.raw_output_contents.extend(
+        [
+            np.arange(6, dtype=np.float32).tobytes(),
+            b"",  # every output has its entry, so that the two lists stay aligned
+            b"\x00\x00\x00\x00\x03\x00\x00\x00xyz",
+        ]
+    )
+    return expected
+
+
+def test_infer_response_parses_as_protobuf_would_write_it() -> None:
+    data = infer_codec.encode_infer_response(_decoded(), _response())
+    assert ModelInferResponse.FromString(data) == _expected_response(None)
+
+
+@pytest.mark.parametrize("final", [True, False])
+def test_stream_response_nests_the_infer_response(final: bool) -> None:
+    data = infer_codec.encode_stream_response(_decoded(), _response(), final)
+    parsed = ModelStreamInferResponse.FromString(data)
+    assert parsed == ModelStreamInferResponse(infer_response=_expected_response(final))
+
+
+def test_stream_error_and_empty_final_responses() -> None:
+    error = ModelStreamInferResponse.FromString(infer_codec.encode_stream_error("bad", ""))
+    assert error.error_message == "bad"
+    assert error.infer_response.id == ""
+    assert error.infer_response.parameters["triton_final_response"].bool_param is True
+    completion = ModelStreamInferResponse.FromString(
+        infer_codec.encode_stream_completion(_decoded("r9"), True, "failed")
+    )
+    assert completion.error_message == "failed"
+    assert (completion.infer_response.id, completion.infer_response.model_name) == ("r9", "m")
+    assert completion.infer_response.parameters["triton_final_response"].bool_param is True
