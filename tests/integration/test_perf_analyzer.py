@@ -1,9 +1,13 @@
-"""Triton's perf_analyzer drives pytriton-core's identity_fp32 over HTTP without errors.
+"""Triton's perf_analyzer drives pytriton-core's identity_fp32 without errors.
 
-perf_analyzer reads the model's metadata and config, sends binary-tensor requests at
-concurrency 1 and 8, and snapshots /v2/models/<m>/stats around each window; any of these that
-it cannot parse or that fails makes it exit non-zero. Install it with
-tools/install-perf-analyzer.sh (or point $PERF_ANALYZER at one).
+perf_analyzer reads the model's metadata and config, sends requests (HTTP binary tensors,
+gRPC ModelInfer, or ModelStreamInfer with ``--streaming``) at concurrency 1 and 8, and
+snapshots the statistics extension around each window; anything it cannot parse or that
+fails makes it exit non-zero. Install it with tools/install-perf-analyzer.sh (or point
+$PERF_ANALYZER at one).
+
+This checks that the run completes, not how fast: the stability threshold is loose on
+purpose (``-s 1000``), since windows on a shared 2-core machine swing widely. bench/ measures.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from harness import ServerHandle, find_perf_analyzer
 
 pytestmark = pytest.mark.perf_analyzer
 
-# What perf_analyzer prints when the windows of one concurrency never agreed within -s percent
-# in -r tries (exit status 2, or 0 when it happens at the last concurrency).
-UNSTABLE = "Failed to obtain stable measurement"
 SUMMARY_LINE = re.compile(r"Concurrency: (\d+), throughput: ([0-9.]+) infer/sec")
+
+PROTOCOLS = {
+    "http": ("-i", "http"),
+    "grpc": ("-i", "grpc"),
+    "grpc-streaming": ("-i", "grpc", "--streaming"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,37 +41,19 @@ def perf_analyzer() -> Path:
     return path
 
 
-def run_perf_analyzer(perf_analyzer: Path, url: str) -> subprocess.CompletedProcess[str]:
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_perf_analyzer_identity_fp32(
+    perf_analyzer: Path, examples_server: ServerHandle, protocol: str
+) -> None:
+    url = examples_server.http_url if protocol == "http" else examples_server.grpc_url
     command = [
         str(perf_analyzer),
-        "-m",
-        "identity_fp32",
-        "-i",
-        "http",
-        "-u",
-        url,
-        "--shape",
-        "INPUT0:16",
-        "--measurement-mode",
-        "count_windows",
-        "--measurement-request-count",
-        "200",
-        "--concurrency-range",
-        "1:8:7",
-        "-s",
-        "30",
-        "-r",
-        "10",
+        *("-m", "identity_fp32", "-u", url, "--shape", "INPUT0:16"),
+        *PROTOCOLS[protocol],
+        *("--measurement-mode", "count_windows", "--measurement-request-count", "200"),
+        *("--concurrency-range", "1:8:7", "-s", "1000", "-r", "10"),
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-
-
-def test_perf_analyzer_identity_fp32(perf_analyzer: Path, examples_server: ServerHandle) -> None:
-    result = run_perf_analyzer(perf_analyzer, examples_server.http_url)
-    if UNSTABLE in result.stdout:
-        # Throughput on a shared 2-core machine can swing more than 30% between windows of 200
-        # requests; that is noise, not an error of the server. One more go.
-        result = run_perf_analyzer(perf_analyzer, examples_server.http_url)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert not re.search(r"error|fail", output, re.IGNORECASE), output

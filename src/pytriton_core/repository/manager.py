@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf.message import Message
 
@@ -20,6 +20,7 @@ from pytriton_core import proto
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.core.model import Model, ModelState
+from pytriton_core.core.statistics import ModelStatistics
 from pytriton_core.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -105,6 +106,18 @@ class ModelManager:
 
     def all_ready(self) -> list[Model]:
         return [m for name in sorted(self._models) for m in self.ready_versions(name)]
+
+    def loaded(self) -> list[Model]:
+        """Every loaded model version, in name and version order (READY or draining)."""
+        return [
+            model
+            for name in sorted(self._models)
+            for _, model in sorted(self._models[name].items())
+        ]
+
+    def in_flight(self) -> int:
+        """Requests accepted by some model and not yet answered."""
+        return sum(m.in_flight for versions in self._models.values() for m in versions.values())
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         entries: list[IndexEntry] = []
@@ -315,7 +328,8 @@ class ModelManager:
             config = proto.ModelConfig()
         model_config.fill_server_side_fields(config, name, model_dir)
         available = model_config.list_version_dirs(model_dir)
-        backend = self._backends.get(config.backend) if config.backend else None
+        backend_name = _backend_of(config)
+        backend = self._backends.get(backend_name) if backend_name else None
         if backend is not None and not self._options.disable_auto_complete_config and available:
             backend.auto_complete_config(
                 config, self._location(name, model_dir, max(available), config)
@@ -326,7 +340,7 @@ class ModelManager:
         return config, model_config.config_to_json_dict(config), versions
 
     def _location(self, name: str, model_dir: Path, version: int, config: Message) -> ModelLocation:
-        backend_name = str(config.backend)
+        backend_name = _backend_of(config)
         return ModelLocation(
             name=name,
             version=version,
@@ -339,10 +353,12 @@ class ModelManager:
     def _start_version(
         self, name: str, version: int, model_dir: Path, config: Message, config_json: dict[str, Any]
     ) -> Model:
-        backend = self._backends.get(str(config.backend))
+        backend = self._backends.get(_backend_of(config))
         location = self._location(name, model_dir, version, config)
         backend_model = backend.load_model(config, config_json, location)
-        model = Model(name, version, config, config_json, model_dir)
+        metrics = self._options.metrics if self._options.allow_metrics else None
+        stats = ModelStatistics.create(metrics, config_json)
+        model = Model(name, version, config, config_json, model_dir, stats)
         model.start(backend_model, instance_specs(config_json), self._loop)
         return model
 
@@ -361,6 +377,11 @@ def instance_specs(config_json: Mapping[str, Any]) -> list[InstanceSpec]:
                 specs.append(InstanceSpec(f"{group['name']}_{index}", kind, device))
                 index += 1
     return specs
+
+
+def _backend_of(config: Message) -> str:
+    # ModelConfig's fields are dynamic to the type checker (the pool is built at run time).
+    return str(cast(Any, config).backend)
 
 
 def _fingerprint(model_dir: Path) -> tuple[tuple[str, int, int], ...]:
