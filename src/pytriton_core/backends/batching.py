@@ -1,0 +1,274 @@
+"""The batch path shared by the framework backends: requests in, one framework call, responses out.
+
+A framework backend's ``execute`` gets a list of requests (the dynamic batcher merged them).
+``BatchRunner.execute`` turns that list into one call of the framework and back:
+
+1. gather: each input's per-request arrays are concatenated along the batch dimension by
+   the compiled ``gather_batch`` into one pooled, page-aligned buffer (one copy; a batch
+   of one request is handed over as is, no copy), then viewed in the model's own shape
+   when the config has a ``reshape``;
+2. run: the backend's ``run(batch)`` calls the framework once and returns its outputs as
+   numpy arrays with the batch dimension first;
+3. scatter: ``scatter_batch`` cuts each output into per-request views (no copy), and each
+   request gets a response with the outputs it asked for.
+
+Models without a batch dimension (``max_batch_size: 0``) run once per request. A failure
+in ``run`` (or a malformed output, named in the message) fails every request of that call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytriton_core import types
+from pytriton_core._native.batching import BufferPool, gather_batch, scatter_batch
+from pytriton_core.core.request import InferenceRequest
+from pytriton_core.core.response import InferenceResponse
+from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.core.tensor import Tensor
+from pytriton_core.errors import InternalError, ServerError
+
+
+@dataclass(frozen=True, slots=True)
+class TensorIO:
+    """One input or output as the config declares it."""
+
+    name: str
+    datatype: types.DataType
+    dims: tuple[int, ...]  # what clients see, without the batch dimension
+    model_shape: tuple[int, ...]  # what the model sees: reshape.shape, else dims
+    optional: bool = False
+
+    @classmethod
+    def from_config_json(cls, entry: Mapping[str, Any]) -> TensorIO:
+        dims = tuple(int(d) for d in entry.get("dims", ()))
+        reshape = entry.get("reshape")
+        shape = tuple(int(d) for d in reshape.get("shape", ())) if reshape is not None else dims
+        return cls(
+            name=str(entry["name"]),
+            datatype=types.BY_CONFIG_NAME[entry["data_type"]],
+            dims=dims,
+            model_shape=shape,
+            optional=bool(entry.get("optional", False)),
+        )
+
+    @property
+    def reshaped(self) -> bool:
+        return self.model_shape != self.dims
+
+
+@dataclass(frozen=True)
+class ModelIO:
+    """A model's inputs and outputs in config order, and whether it has a batch dimension."""
+
+    max_batch_size: int
+    inputs: Mapping[str, TensorIO]
+    outputs: Mapping[str, TensorIO]
+
+    @classmethod
+    def from_config_json(cls, config: Mapping[str, Any]) -> ModelIO:
+        inputs = [TensorIO.from_config_json(e) for e in config.get("input", ())]
+        outputs = [TensorIO.from_config_json(e) for e in config.get("output", ())]
+        return cls(
+            max_batch_size=int(config.get("max_batch_size", 0)),
+            inputs={t.name: t for t in inputs},
+            outputs={t.name: t for t in outputs},
+        )
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 0
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.outputs)
+
+
+@dataclass(slots=True)
+class Batch:
+    """One framework call: the gathered inputs in the model's shapes and what to compute."""
+
+    requests: Sequence[InferenceRequest]
+    sizes: list[int]  # each request's batch size (1 each for a model without batching)
+    inputs: dict[str, np.ndarray]  # name -> array with the batch dimension first
+    output_names: list[str]  # outputs any request of the batch asked for, in config order
+
+    @property
+    def size(self) -> int:
+        return sum(self.sizes)
+
+
+RunBatch = Callable[[Batch], Mapping[str, np.ndarray]]
+
+
+class BatchRunner:
+    """Gathers, runs and scatters batches for one backend instance (one worker thread)."""
+
+    def __init__(self, io: ModelIO, model_name: str, pool: BufferPool | None = None) -> None:
+        self.io = io
+        self._model_name = model_name
+        self._pool = pool if pool is not None else BufferPool()
+
+    def execute(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming, run: RunBatch
+    ) -> list[InferenceResponse]:
+        """Run ``requests`` through ``run``: once, or once per request without batching.
+
+        When the one framework call of a batch fails, this raises (a ServerError), so the
+        core fails the whole execution; when one of several per-request calls fails, only
+        that request gets an error response.
+        """
+        if self.io.batching or len(requests) == 1:
+            return self._execute_group(requests, timing, run, first=True, last=True)
+        responses: list[InferenceResponse] = []
+        for index, request in enumerate(requests):
+            try:
+                responses.extend(
+                    self._execute_group(
+                        [request], timing, run, first=index == 0, last=index == len(requests) - 1
+                    )
+                )
+            except ServerError as exc:
+                responses.extend(failed_responses([request], exc))
+        return responses
+
+    def _execute_group(
+        self,
+        requests: Sequence[InferenceRequest],
+        timing: ComputeTiming,
+        run: RunBatch,
+        *,
+        first: bool,
+        last: bool,
+    ) -> list[InferenceResponse]:
+        try:
+            batch = self.gather(requests)
+            if first:
+                timing.mark_input_done()
+            # A batch that asks for no output has nothing to compute.
+            outputs = run(batch) if batch.output_names else {}
+            if last:
+                timing.mark_infer_done()
+            return self.scatter(batch, outputs)
+        except ServerError:
+            raise
+        except Exception as exc:
+            raise InternalError(
+                f"failed to run model '{self._model_name}': {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def gather(self, requests: Sequence[InferenceRequest]) -> Batch:
+        """The batch's inputs, concatenated along the batch dimension by name."""
+        io = self.io
+        sizes = [r.batch_size if io.batching else 1 for r in requests]
+        total = sum(sizes)
+        inputs: dict[str, np.ndarray] = {}
+        first = requests[0]
+        for name, spec in io.inputs.items():
+            if name not in first.inputs:
+                if any(name in r.inputs for r in requests):
+                    raise InternalError(
+                        f"model '{self._model_name}': the requests of one batch disagree on "
+                        f"optional input '{name}'"
+                    )
+                continue
+            parts = [r.inputs[name].data for r in requests]
+            array = gather_batch(parts, pool=self._pool) if len(parts) > 1 else parts[0]
+            if spec.reshaped:
+                leading = (total,) if io.batching else ()
+                array = _reshape(array, leading, spec.model_shape, name)
+            inputs[name] = array
+        return Batch(requests, sizes, inputs, self._wanted_outputs(requests))
+
+    def scatter(self, batch: Batch, outputs: Mapping[str, np.ndarray]) -> list[InferenceResponse]:
+        """Per-request responses holding views of the outputs each request asked for."""
+        io = self.io
+        per_request: list[list[Tensor]] = [[] for _ in batch.requests]
+        for name in batch.output_names:
+            spec = io.outputs[name]
+            array = outputs.get(name)
+            if array is None:
+                raise InternalError(f"model '{self._model_name}' produced no output '{name}'")
+            array = _as_config_datatype(array, spec, self._model_name)
+            if io.batching:
+                if array.ndim == 0 or array.shape[0] != batch.size:
+                    raise InternalError(
+                        f"model '{self._model_name}' output '{name}' has shape "
+                        f"{list(array.shape)}: expected the batch size {batch.size} first"
+                    )
+                views = scatter_batch(array, batch.sizes) if len(batch.sizes) > 1 else [array]
+            else:
+                views = [array]
+            for slot, view, size in zip(per_request, views, batch.sizes, strict=True):
+                if spec.reshaped:
+                    view = _reshape(view, (size,) if io.batching else (), spec.dims, name)
+                slot.append(Tensor(name, spec.datatype, view))
+        responses = []
+        for request, tensors in zip(batch.requests, per_request, strict=True):
+            wanted = request.requested_outputs
+            if wanted is not None and len(wanted) < len(tensors):
+                tensors = [t for t in tensors if t.name in wanted]
+            responses.append(InferenceResponse(outputs=tensors))
+        return responses
+
+    def _wanted_outputs(self, requests: Sequence[InferenceRequest]) -> list[str]:
+        names = self.io.output_names
+        wanted: set[str] = set()
+        for request in requests:
+            if request.requested_outputs is None:
+                return names
+            wanted.update(request.requested_outputs)
+        return [n for n in names if n in wanted]
+
+
+def failed_responses(
+    requests: Sequence[InferenceRequest], error: ServerError
+) -> list[InferenceResponse]:
+    """One error response per request (each gets its own object: the core edits them)."""
+    return [InferenceResponse.failed(error) for _ in requests]
+
+
+def _reshape(
+    array: np.ndarray, leading: tuple[int, ...], shape: tuple[int, ...], name: str
+) -> np.ndarray:
+    """``array`` viewed as ``leading + shape``; at most one variable (-1) dim is inferred."""
+    if list(shape).count(-1) > 1:
+        if array.shape[len(leading) :] == shape:
+            return array
+        raise InternalError(
+            f"cannot reshape tensor '{name}' of shape {list(array.shape)} to {list(shape)}: "
+            "more than one variable-size dimension"
+        )
+    try:
+        return array.reshape(leading + shape)
+    except ValueError as exc:
+        raise InternalError(
+            f"cannot reshape tensor '{name}' of shape {list(array.shape)} to "
+            f"{list(leading + shape)}: {exc}"
+        ) from None
+
+
+def _as_config_datatype(array: np.ndarray, spec: TensorIO, model_name: str) -> np.ndarray:
+    """The output in its config datatype: BYTES elements as ``bytes``; others must match."""
+    datatype = spec.datatype
+    if datatype.is_bytes:
+        if array.dtype.kind in ("U", "S") or (
+            array.dtype == np.object_ and array.size and isinstance(array.flat[0], str)
+        ):
+            encoded = [e.encode() if isinstance(e, str) else bytes(e) for e in array.flat]
+            result = np.empty(array.shape, dtype=np.object_)
+            result.reshape(-1)[:] = encoded
+            return result
+        return array
+    if array.dtype != datatype.numpy_dtype:
+        produced = types.from_numpy(array.dtype)
+        raise InternalError(
+            f"model '{model_name}' output '{spec.name}' has datatype "
+            f"{produced.wire_name if produced else array.dtype}, but the model configuration "
+            f"says {datatype.wire_name}"
+        )
+    return array

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The project's GPU checks, in one go, on a machine with an NVIDIA GPU (a few minutes):
+#
+#   tools/gpu-checks.sh            install what is missing, then run every GPU test
+#   tools/gpu-checks.sh -x -k trt  extra arguments go to pytest
+#
+# Installs the `gpu` extra (onnxruntime-gpu, cupy, tensorrt) only where the machine lacks it,
+# keeping what it has (a CUDA build of torch, its own cupy): packages it adds go to their own
+# folder ($GPU_SITE), put first on PYTHONPATH, so nothing installed is replaced or removed.
+# Offline machines: put the wheels in $WHEELS (default .whl/) and they are installed from there.
+# Without the package installed, the compiled extensions are built in place (src/ layout).
+# Environment: PYTHON (default python3), GPU_SITE (default .cache/gpu-site), WHEELS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+GPU_SITE=${GPU_SITE:-$PWD/.cache/gpu-site}
+WHEELS=${WHEELS:-$PWD/.whl}
+
+if ! nvidia-smi -L; then
+  echo "gpu-checks: no NVIDIA GPU visible (nvidia-smi failed); nothing to check here" >&2
+  exit 1
+fi
+
+pip_install() {
+  local source=()
+  if [ -d "$WHEELS" ]; then
+    source=(--no-index --find-links "$WHEELS")
+  fi
+  "$PYTHON" -m pip install -q --disable-pip-version-check "${source[@]}" "$@"
+}
+
+# The server itself: installed, or built in place from this checkout.
+if ! "$PYTHON" -c 'import pytriton_core._native.batching' 2>/dev/null; then
+  if ! pip_install -e '.[test]'; then
+    echo "gpu-checks: pip install -e . failed; building the extensions in place" >&2
+    "$PYTHON" setup.py build_ext --inplace -q
+    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+fi
+
+# The gpu extra, only what is missing, into its own folder.
+missing=()
+"$PYTHON" -c 'import onnxruntime as o, sys; sys.exit("CUDAExecutionProvider" not in o.get_available_providers())' \
+  2>/dev/null || missing+=("onnxruntime-gpu>=1.17")
+"$PYTHON" -c 'import cupy' 2>/dev/null || missing+=("cupy-cuda12x>=13")
+"$PYTHON" -c 'import tensorrt' 2>/dev/null || missing+=("tensorrt>=10")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "gpu-checks: installing ${missing[*]} into $GPU_SITE"
+  if pip_install --target "$GPU_SITE" --upgrade "${missing[@]}"; then
+    export PYTHONPATH="$GPU_SITE${PYTHONPATH:+:$PYTHONPATH}"
+  else
+    echo "gpu-checks: could not install ${missing[*]}; the tests that need them skip" >&2
+  fi
+fi
+
+"$PYTHON" - <<'EOF'
+import importlib
+for name in ("torch", "onnxruntime", "cupy", "tensorrt"):
+    try:
+        module = importlib.import_module(name)
+        print(f"gpu-checks: {name} {getattr(module, '__version__', '?')}")
+    except Exception as exc:  # report, do not stop: its tests skip with the reason
+        print(f"gpu-checks: {name} unavailable ({type(exc).__name__}: {exc})")
+EOF
+
+# Every GPU test; -rs prints why any test skipped.
+exec "$PYTHON" -m pytest -p no:cacheprovider -rs -v tests/gpu "$@"
