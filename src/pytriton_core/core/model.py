@@ -23,10 +23,10 @@ from pytriton_core.core import classification
 from pytriton_core.core.instance import ModelInstance
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming, ModelStatistics
+from pytriton_core.core.statistics import ComputeTiming, FailureReason, ModelStatistics
 from pytriton_core.core.validation import TensorSpecs, validate_request
 from pytriton_core.core.warmup import warmup_samples
-from pytriton_core.errors import ServerError, UnavailableError
+from pytriton_core.errors import ErrorCode, ServerError, UnavailableError
 from pytriton_core.scheduling import create_scheduler
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class Model:
         config: Message,
         config_json: Mapping[str, Any],
         model_dir: Path,
+        stats: ModelStatistics | None = None,
     ) -> None:
         self.name = name
         self.version = version
@@ -57,7 +58,8 @@ class Model:
         self.config_json = config_json
         self.model_dir = model_dir
         self.state = ModelState.LOADING
-        self.stats = ModelStatistics()
+        self.stats = stats if stats is not None else ModelStatistics()
+        self._in_flight = 0
         self.specs = TensorSpecs.from_config_json(config_json)
         self.platform = str(config_json.get("platform") or config_json.get("backend", ""))
         self.decoupled = bool(
@@ -80,7 +82,6 @@ class Model:
         self._backend_model = backend_model
         self._scheduler = create_scheduler(self.config_json, self._reject_threadsafe)
         self._instances: list[ModelInstance] = []
-        self._in_flight = 0
         self._drained: asyncio.Event | None = None
         preserve = self.config_json.get("dynamic_batching", {}).get("preserve_ordering", False)
         # Requests in arrival order, when responses must leave in that order.
@@ -88,12 +89,23 @@ class Model:
         self._held: dict[int, InferenceResponse] = {}
         scheduler = self._scheduler
         warmup = warmup_samples(self.config_json, self.model_dir)
-        for spec in instance_specs:
-            instance = ModelInstance(
-                spec, backend_model, scheduler, self._batch_done, loop.call_soon_threadsafe, warmup
-            )
-            instance.start()
-            self._instances.append(instance)
+        try:
+            for spec in instance_specs:
+                instance = ModelInstance(
+                    spec,
+                    backend_model,
+                    scheduler,
+                    self._batch_done,
+                    loop.call_soon_threadsafe,
+                    warmup,
+                )
+                instance.start()
+                self._instances.append(instance)
+        except BaseException:
+            # One instance failed: release those already running before the load fails.
+            scheduler.stop(len(self._instances))
+            self._join_and_finalize()
+            raise
         self.state = ModelState.READY
 
     def submit(self, request: InferenceRequest) -> None:
@@ -107,14 +119,62 @@ class Model:
         validate_request(request, self.specs, self.name)
         request.loop = self._loop
         request.queue_start_ns = time.monotonic_ns()
+        if request.trace is not None:
+            self._trace_submit(request)
+        if self.decoupled and self.stats.first_response is not None:
+            self._observe_first_response(request)
         try:
             self._scheduler.enqueue(request)
         except ServerError as exc:
-            self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns())
+            self.stats.record_request_failure(
+                request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
+            )
             raise exc.with_request_id(request.id) from None
         self._in_flight += 1
         if self._release_order is not None:
             self._release_order.append(request)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet answered (queued or executing)."""
+        return self._in_flight
+
+    def pending_request_count(self) -> int:
+        """Requests queued in the scheduler, not yet handed to an instance."""
+        scheduler = getattr(self, "_scheduler", None)
+        return scheduler.pending_count() if scheduler is not None else 0
+
+    def _trace_submit(self, request: InferenceRequest) -> None:
+        trace = request.trace
+        assert trace is not None
+        trace.model_version = self.version
+        trace.request_id = request.id
+        trace.stamp("REQUEST_START", request.arrival_ns)
+        trace.stamp("QUEUE_START", request.queue_start_ns)
+        for tensor in request.inputs.values():
+            trace.record_tensor(
+                "TENSOR_QUEUE_INPUT",
+                tensor.name,
+                tensor.datatype.wire_name,
+                tensor.shape,
+                tensor.data,
+            )
+
+    def _observe_first_response(self, request: InferenceRequest) -> None:
+        """Decoupled: time the first response the model sends (the histogram's measure)."""
+        respond = request.on_response
+        stats = self.stats
+        first = True
+
+        def observed(response: InferenceResponse | None, final: bool) -> None:
+            nonlocal first
+            if first and response is not None:
+                first = False
+                stats.record_first_response(request.arrival_ns, time.monotonic_ns())
+            if respond is not None:
+                respond(response, final)
+
+        request.on_response = observed
 
     def _reject_threadsafe(self, request: InferenceRequest, error: ServerError) -> None:
         """The scheduler gave up on a queued request (e.g. its queue timeout expired)."""
@@ -122,7 +182,9 @@ class Model:
 
     def _finish_rejected(self, request: InferenceRequest, error: ServerError) -> None:
         self._in_flight -= 1
-        self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns())
+        self.stats.record_request_failure(
+            request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
+        )
         self._release(request, InferenceResponse.failed(error.with_request_id(request.id)))
         self._signal_if_drained()
 
@@ -134,28 +196,38 @@ class Model:
     ) -> None:
         stats = self.stats
         end_ns = time.monotonic_ns()
+        for request in batch:
+            if request.trace is not None:
+                _trace_compute(request, timing)
         if isinstance(responses, ServerError):
             # The execution itself failed: every request fails; Triton counts the execution
             # but no inferences for it.
             stats.execution_count += 1
+            reason = (
+                FailureReason.CANCELED
+                if responses.code is ErrorCode.CANCELLED
+                else FailureReason.BACKEND
+            )
             for request in batch:
                 self._in_flight -= 1
-                stats.record_request_failure(request.arrival_ns, end_ns)
+                stats.record_request_failure(request.arrival_ns, end_ns, reason)
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
             return
         stats.record_execution(sum(r.batch_size for r in batch), timing)
         for request, response in zip(batch, responses, strict=True):
             self._in_flight -= 1
+            # An error the model answered with still counts as a successful execution, as
+            # Triton counts it; so does a request answered through its response sender.
+            stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
             if response is None:  # answered through its response sender
                 if self._release_order is not None:
                     self._release_order.remove(request)
                 continue
+            if not self.decoupled:
+                stats.record_first_response(request.arrival_ns, end_ns)
             if response.error is None:
                 response = self._apply_classification(request, response)
-            # An error the model answered with still counts as a successful execution, as
-            # Triton counts it.
-            stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
             self._release(request, response)
         self._signal_if_drained()
 
@@ -213,3 +285,12 @@ class Model:
             self._backend_model.finalize()
         except Exception:
             log.exception("finalize failed for model %s", self.name)
+
+
+def _trace_compute(request: InferenceRequest, timing: ComputeTiming) -> None:
+    trace = request.trace
+    assert trace is not None
+    trace.stamp("COMPUTE_START", timing.start_ns)
+    trace.stamp("COMPUTE_INPUT_END", timing.input_end_ns)
+    trace.stamp("COMPUTE_OUTPUT_START", timing.infer_end_ns)
+    trace.stamp("COMPUTE_END", timing.end_ns)
