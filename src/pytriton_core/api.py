@@ -30,6 +30,7 @@ from pytriton_core.core.response import ParameterValue
 from pytriton_core.core.service import InferenceService
 from pytriton_core.core.tensor import Tensor
 from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.logging_settings import parse_log_format
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.server import ServerRuntime
 
@@ -194,7 +195,11 @@ class Server:
             else {name: RequestedOutput(name) for name in outputs},
             parameters=dict(parameters or {}),
         )
-        response = await self._service.infer(model, request)
+        try:
+            response = await self._service.infer(model, request)
+        finally:
+            if request.trace is not None:  # no front end: done once answered
+                request.trace.finish()
         if response.error is not None:
             raise response.error
         return {tensor.name: tensor.data for tensor in response.outputs}
@@ -219,8 +224,26 @@ class Server:
     def model_metadata(self, name: str, version: int | None = None) -> dict[str, Any]:
         return self._on_loop(self._service.model_metadata, name, _version_text(version))
 
-    def statistics(self, name: str | None = None) -> dict[str, Any]:
-        return self._on_loop(self._service.statistics, name, None)
+    def statistics(self, name: str | None = None, version: int | None = None) -> dict[str, Any]:
+        """The statistics extension's answer (``/v2/models[/{name}[/versions/{v}]]/stats``)."""
+        return self._on_loop(self._service.statistics, name, _version_text(version))
+
+    def metrics(self) -> str:
+        """The Prometheus page ``/metrics`` serves ("" when metrics are off)."""
+        return self._on_loop(self._runtime.metrics_text)
+
+    def log_settings(self, **changes: Any) -> dict[str, Any]:
+        """The logging extension: the settings, after applying ``changes`` (``log_info=False``,
+        ``log_verbose_level=1``, ``log_format="ISO8601"``...)."""
+        return self._on_loop(_update_log_settings, self._service, changes)
+
+    def trace_settings(
+        self, model: str | None = None, **changes: str | list[str] | None
+    ) -> dict[str, Any]:
+        """The trace extension: the global (or ``model``'s) settings, after applying
+        ``changes`` (``trace_level=["TIMESTAMPS"]``, ``trace_rate="1"``; None clears)."""
+        parsed = {k: [v] if isinstance(v, str) else v for k, v in changes.items()}
+        return self._on_loop(self._service.tracer.update, model, parsed)
 
     def _on_loop(self, function: Callable[..., T], *args: Any) -> T:
         """Run a synchronous core call on the server's loop: the core is single-threaded."""
@@ -236,6 +259,18 @@ class Server:
 
         self._loop.call_soon_threadsafe(run)
         return result.result()
+
+
+def _update_log_settings(service: InferenceService, changes: Mapping[str, Any]) -> dict[str, Any]:
+    values = dict(changes)
+    if isinstance(values.get("log_format"), str):
+        parsed = parse_log_format(values["log_format"])
+        if parsed is None:
+            raise InvalidArgumentError(
+                f"invalid argument for log_format, got: {values['log_format']}"
+            )
+        values["log_format"] = parsed
+    return service.log_control.update(values).to_json()
 
 
 def _version_text(version: int | None) -> str | None:

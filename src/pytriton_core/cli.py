@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
 import uvloop
 
+from pytriton_core.cli_telemetry import add_telemetry_arguments, telemetry_options
 from pytriton_core.errors import ServerError
 from pytriton_core.options import (
     CompressionLevel,
     GrpcOptions,
+    MemoryOptions,
     ModelControlMode,
     ServerOptions,
     bundled_repository,
@@ -47,6 +48,12 @@ def _backend_config(text: str) -> tuple[str, str, str]:
     return backend, key, value
 
 
+def _false_only(text: str) -> bool:
+    if _bool(text):
+        raise argparse.ArgumentTypeError("this server has no such front end: only false works")
+    return False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pytriton-server",
@@ -72,9 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--grpc-address", default="0.0.0.0")
     add("--grpc-port", type=int, default=8001)
     _add_grpc_arguments(parser)
+    _add_memory_arguments(parser)
     add("--allow-metrics", type=_bool, default=True, metavar="BOOL")
     add("--metrics-address", default=None)
     add("--metrics-port", type=int, default=8002)
+    add_telemetry_arguments(parser, _bool)
     add("--model-control-mode", choices=[m.value for m in ModelControlMode], default="none")
     add("--load-model", action="append", default=[], metavar="NAME")
     add("--repository-poll-secs", type=int, default=15)
@@ -90,7 +99,6 @@ def build_parser() -> argparse.ArgumentParser:
     add("--strict-readiness", type=_bool, default=True, metavar="BOOL")
     add("--exit-on-error", type=_bool, default=True, metavar="BOOL")
     add("--exit-timeout-secs", type=int, default=30)
-    add("--log-verbose", type=int, default=0, metavar="LEVEL")
     add(
         "--backend-config",
         action="append",
@@ -98,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="<backend>,<key>=<value>",
     )
+    # tritonserver's front ends this server does not have, accepted when off: manifests
+    # written for tritonserver pass them (KServe ModelMesh's Triton runtime:
+    # --allow-sagemaker=false).
+    for flag in ("--allow-sagemaker", "--allow-vertex-ai"):
+        add(flag, type=_false_only, default=False, metavar="false")
     return parser
 
 
@@ -162,6 +175,57 @@ def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
     )
 
 
+def _cuda_pool_size(text: str) -> tuple[int, int]:
+    """``<device id>:<byte size>``, as tritonserver's --cuda-memory-pool-byte-size."""
+    device, sep, size = text.partition(":")
+    try:
+        parsed = (int(device), int(size))
+    except ValueError:
+        parsed = (-1, -1)
+    if not sep or parsed[0] < 0 or parsed[1] < 0:
+        raise argparse.ArgumentTypeError(
+            f"--cuda-memory-pool-byte-size expects <GPU device id>:<byte size>, got '{text}'"
+        )
+    return parsed
+
+
+def _add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = MemoryOptions()
+    add = parser.add_argument
+    add(
+        "--allow-client-shm",
+        type=_bool,
+        default=defaults.allow_client_shm,
+        metavar="BOOL",
+        help="let clients register system and CUDA shared memory regions (Triton 2.73's "
+        "default: false; 2.51 and older allowed it)",
+    )
+    add(
+        "--pinned-memory-pool-byte-size",
+        type=int,
+        default=defaults.pinned_memory_pool_byte_size,
+        metavar="BYTES",
+        help="page-locked host memory for device <-> host staging (0: none)",
+    )
+    add(
+        "--cuda-memory-pool-byte-size",
+        type=_cuda_pool_size,
+        action="append",
+        default=[],
+        metavar="<GPU device id>:<byte size>",
+    )
+
+
+def _memory_options(args: argparse.Namespace) -> MemoryOptions:
+    if args.pinned_memory_pool_byte_size < 0:
+        raise SystemExit("error: --pinned-memory-pool-byte-size must be >= 0")
+    return MemoryOptions(
+        allow_client_shm=args.allow_client_shm,
+        pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
+        cuda_memory_pool_byte_size=MappingProxyType(dict(args.cuda_memory_pool_byte_size)),
+    )
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     backend_config: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
@@ -181,6 +245,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc=_grpc_options(args),
+        memory=_memory_options(args),
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
@@ -194,7 +259,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
-        log_verbose=args.log_verbose,
+        **telemetry_options(args, _bool),
         backend_config=MappingProxyType(
             {k: MappingProxyType(v) for k, v in backend_config.items()}
         ),
@@ -204,14 +269,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
-    logging.basicConfig(
-        level=logging.DEBUG if options.log_verbose > 0 else logging.INFO,
-        format="%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s",
-        datefmt="%m%d %H:%M:%S",
-        stream=sys.stderr,
-    )
+    runtime = ServerRuntime(options)
+    runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
     try:
-        uvloop.run(ServerRuntime(options).run_until_signalled())
+        uvloop.run(runtime.run_until_signalled())
     except ServerError as exc:
         log.error("%s", exc.message)
         return 1

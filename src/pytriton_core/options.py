@@ -64,6 +64,84 @@ class GrpcOptions:
     root_cert: Path | None = None
 
 
+# Triton's default summary quantiles and their allowed errors (``summary_quantiles``).
+DEFAULT_SUMMARY_QUANTILES: tuple[tuple[float, float], ...] = (
+    (0.5, 0.05),
+    (0.9, 0.01),
+    (0.95, 0.001),
+    (0.99, 0.001),
+    (0.999, 0.001),
+)
+# Default buckets (ms) of ``nv_inference_first_response_histogram_ms``.
+DEFAULT_FIRST_RESPONSE_BUCKETS_MS: tuple[float, ...] = (100.0, 500.0, 2000.0, 5000.0)
+
+
+@dataclass(frozen=True)
+class MetricsOptions:
+    """The Prometheus endpoint's groups and latency families (``--metrics-*`` flags)."""
+
+    allow_gpu_metrics: bool = True
+    allow_cpu_metrics: bool = True
+    interval_ms: int = 2000  # how often the CPU and GPU gauges are refreshed
+    counter_latencies: bool = True  # the *_duration_us counters
+    summary_latencies: bool = False  # the *_summary_us summaries
+    summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_SUMMARY_QUANTILES
+    histogram_latencies: bool = False  # nv_inference_first_response_histogram_ms
+
+
+class LogFormat(enum.Enum):
+    DEFAULT = "default"
+    ISO8601 = "ISO8601"
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """The server log at start (``--log-*``); the logging extension changes it at run time."""
+
+    info: bool = True
+    warning: bool = True
+    error: bool = True
+    verbose: int = 0
+    format: LogFormat = LogFormat.DEFAULT
+    file: Path | None = None  # None: standard error
+
+
+class TraceMode(enum.Enum):
+    TRITON = "triton"
+    OPENTELEMETRY = "opentelemetry"
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """Request tracing at start (``--trace-config``); the trace extension changes it."""
+
+    mode: TraceMode = TraceMode.TRITON
+    level: frozenset[str] = frozenset()  # {"TIMESTAMPS", "TENSORS"}; empty: OFF
+    rate: int = 1000  # trace one request in every ``rate``
+    count: int = -1  # how many traces to take; -1: no limit
+    file: Path | None = None  # triton mode: where the JSON goes
+    log_frequency: int = 0  # triton mode: write every N traces to <file>.<n>; 0: at the end
+    # opentelemetry mode: url, resource (key=value,...), bsp_* settings, as given.
+    opentelemetry: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+DEFAULT_CUDA_MEMORY_POOL_BYTE_SIZE = 64 << 20
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """Client shared memory and the staging pools (``--allow-client-shm``,
+    ``--pinned-memory-pool-byte-size``, ``--cuda-memory-pool-byte-size``)."""
+
+    # Triton 2.73's default: off (2.51 and older allowed client shared memory by default).
+    allow_client_shm: bool = False
+    pinned_memory_pool_byte_size: int = 256 << 20
+    # device id -> bytes; devices not listed get DEFAULT_CUDA_MEMORY_POOL_BYTE_SIZE
+    cuda_memory_pool_byte_size: Mapping[int, int] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     model_repositories: tuple[Path, ...] = ()
@@ -78,10 +156,12 @@ class ServerOptions:
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc: GrpcOptions = field(default_factory=GrpcOptions)
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
 
     allow_metrics: bool = True
     metrics_address: str | None = None  # None: the HTTP address
     metrics_port: int = 8002
+    metrics: MetricsOptions = field(default_factory=MetricsOptions)
 
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     load_models: tuple[str, ...] = ()
@@ -91,7 +171,8 @@ class ServerOptions:
     strict_readiness: bool = True
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
-    log_verbose: int = 0
+    log: LogOptions = field(default_factory=LogOptions)
+    trace: TraceOptions = field(default_factory=TraceOptions)
     # backend name ("" for global keys) -> key -> value, from --backend-config
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=_empty_backend_config)
 

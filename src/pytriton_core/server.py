@@ -6,13 +6,17 @@ import asyncio
 import logging
 import signal
 
+from pytriton_core.backends.python.pb_utils_metrics import MetricRegistry, set_metric_registry
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError
 from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
+from pytriton_core.logging_settings import LogControl
+from pytriton_core.metrics import MetricsEndpoint, MetricsReporter
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
+from pytriton_core.tracing import TraceManager
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +30,22 @@ class ServerRuntime:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
+        # The server log's settings (the logging extension); ``log_control.install()``
+        # routes Python logging through them (the CLI does; an embedding application
+        # keeps its own logging).
+        self.log_control = LogControl(options.log)
         self._http: HttpFrontend | None = None
         self._grpc: GrpcFrontend | None = None
         self._service: InferenceService | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._tracer: TraceManager | None = None
+        self._reporter: MetricsReporter | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
+        # Custom metrics that models create with pb_utils.MetricFamily.
+        self.metric_registry = MetricRegistry()
 
     @property
     def service(self) -> InferenceService:
@@ -41,8 +55,12 @@ class ServerRuntime:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
+        set_metric_registry(self.metric_registry)  # before any model creates its families
         manager = ModelManager(self.options, BackendRegistry(), loop)
-        self._service = InferenceService(self.options, manager)
+        self._service = InferenceService(
+            self.options, manager, tracer=self._tracer, log_control=self.log_control
+        )
         failed = await manager.load_startup_models()
         if failed and self.options.exit_on_error:
             await manager.unload_all()
@@ -62,21 +80,61 @@ class ServerRuntime:
                 self.options.grpc_address, self.options.grpc_port
             )
         if self.options.allow_metrics:
-            log.warning("the metrics endpoint is not available in this version")
+            self._reporter = MetricsReporter(
+                self.options.metrics,
+                manager.loaded,
+                self.metric_registry,
+                pinned_pool=self._service.shared_memory.staging.stats,
+            )
+            await self._reporter.start()
+            self._metrics_endpoint = MetricsEndpoint(self._reporter)
+            self.metrics_port = await self._metrics_endpoint.start(
+                self.options.metrics_address or self.options.http_address,
+                self.options.metrics_port,
+            )
         self._service.live = True
 
+    def metrics_text(self) -> str:
+        """The Prometheus page, as ``/metrics`` serves it ("" with metrics off)."""
+        return self._reporter.render() if self._reporter is not None else ""
+
     async def stop(self) -> None:
-        """Stop accepting requests, finish those in flight, finalize every model."""
-        if self._service is None:
+        """Stop accepting requests, finish those in flight, finalize every model.
+
+        While the requests in flight finish (up to ``--exit-timeout-secs``) the front ends
+        stay up: health answers 503 "Server exiting" and new inference requests are refused.
+        Then the front ends close, every model is unloaded (``finalize``) and held traces
+        are written.
+        """
+        service = self._service
+        if service is None or service.exiting:
             return
-        self._service.exiting = True
+        service.exiting = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.exit_timeout_secs
         if self._poller is not None:
             self._poller.cancel()
+        manager = service.manager
+        if manager.in_flight():
+            log.info("waiting for %d in-flight inference requests", manager.in_flight())
+        while manager.in_flight() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if manager.in_flight():
+            log.warning(
+                "exit timeout expired with %d inference requests in flight", manager.in_flight()
+            )
+        remaining = max(0.0, deadline - loop.time())
         if self._http is not None:
-            await self._http.stop()
+            await self._http.stop(remaining)
         if self._grpc is not None:
-            await self._grpc.stop(self.options.exit_timeout_secs)
-        await self._service.manager.unload_all()
+            await self._grpc.stop(max(0.0, deadline - loop.time()))
+        if self._metrics_endpoint is not None:
+            await self._metrics_endpoint.stop()
+        if self._reporter is not None:
+            await self._reporter.stop()
+        await manager.unload_all()
+        if self._tracer is not None:
+            self._tracer.close()
 
     async def run_until_signalled(self) -> None:
         """Serve until SIGINT or SIGTERM, then stop gracefully."""

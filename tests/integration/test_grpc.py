@@ -44,6 +44,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton_core import Server, ServerOptions, __version__
 from pytriton_core.core.service import EXTENSIONS
+from pytriton_core.memory import CLIENT_SHM_DISABLED
 
 REPOSITORIES = [TEST_MODELS_REPOSITORY, EXAMPLES_REPOSITORY]
 
@@ -233,23 +234,15 @@ def test_load_and_unload_in_explicit_mode() -> None:
 
 
 @pytest.mark.parametrize(
-    ("call", "feature"),
-    [
-        ("get_system_shared_memory_status", "system shared memory"),
-        ("unregister_system_shared_memory", "system shared memory"),
-        ("get_cuda_shared_memory_status", "CUDA shared memory"),
-        ("unregister_cuda_shared_memory", "CUDA shared memory"),
-        ("get_trace_settings", "trace"),
-        ("get_log_settings", "logging"),
-    ],
+    "call", ["unregister_system_shared_memory", "unregister_cuda_shared_memory"]
 )
-def test_extensions_not_built_yet_answer_unimplemented(
-    client: grpcclient.InferenceServerClient, call: str, feature: str
+def test_client_shared_memory_is_off_by_default(
+    client: grpcclient.InferenceServerClient, call: str
 ) -> None:
-    assert _error(getattr(client, call)) == (
-        "StatusCode.UNIMPLEMENTED",
-        f"the {feature} extension is not supported by this server yet",
-    )
+    # Triton 2.73's default (--allow-client-shm=false); status still answers.
+    assert _error(getattr(client, call)) == ("StatusCode.UNIMPLEMENTED", CLIENT_SHM_DISABLED)
+    assert client.get_system_shared_memory_status(as_json=True) == {}
+    assert client.get_cuda_shared_memory_status(as_json=True) == {}
 
 
 def test_shared_memory_register_answers_unimplemented(
@@ -413,14 +406,6 @@ def test_typed_contents_narrow_small_integers(
                 .CopyFrom(service_pb2.InferParameter(string_param="x"))
             ),
             "Unable to parse 'classification' for output 'OUTPUT0'",
-        ),
-        (
-            lambda r: (
-                r.inputs[0]
-                .parameters["shared_memory_region"]
-                .CopyFrom(service_pb2.InferParameter(string_param="region0"))
-            ),
-            "Unable to find shared memory region: 'region0'",
         ),
         (
             lambda r: setattr(r.inputs[0], "datatype", "FLOAT"),

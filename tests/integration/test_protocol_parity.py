@@ -312,10 +312,8 @@ def test_repository_index_matches(
     [
         lambda c: c.load_model("identity_fp32"),
         lambda c: c.unload_model("identity_fp32"),
-        lambda c: c.get_system_shared_memory_status(),
-        lambda c: c.get_cuda_shared_memory_status(),
-        lambda c: c.get_trace_settings(),
-        lambda c: c.get_log_settings(),
+        lambda c: c.unregister_system_shared_memory(),  # client shm is off by default
+        lambda c: c.unregister_cuda_shared_memory(),
     ],
 )
 def test_refusals_match(

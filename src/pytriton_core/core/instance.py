@@ -60,6 +60,9 @@ class ModelInstance:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         try:
             backend_instance = self._backend_model.create_instance(self.spec)
@@ -104,3 +107,6 @@ class ModelInstance:
                 responses = InternalError(f"{type(exc).__name__}: {exc}")
             timing.close()
             self._schedule_on_loop(self._on_batch_done, batch, responses, timing)
+            # Keep nothing of a finished batch while waiting for the next one: its inputs
+            # can be large, or views that hold a client's shared-memory region mapped.
+            del batch, responses

@@ -224,7 +224,7 @@ class Model:
                 if self._release_order is not None:
                     self._release_order.remove(request)
                 continue
-            if not self.decoupled:
+            if stats.first_response is not None and not self.decoupled:
                 stats.record_first_response(request.arrival_ns, end_ns)
             if response.error is None:
                 response = self._apply_classification(request, response)
@@ -266,8 +266,14 @@ class Model:
         return response
 
     async def stop(self, timeout_s: float) -> None:
-        """Stop taking requests, let queued ones finish (up to ``timeout_s``), finalize."""
+        """Stop taking requests, let queued ones finish (up to ``timeout_s``), finalize.
+
+        An instance still executing when the time is up is left to its (daemon) thread and
+        the model is not finalized under it.
+        """
         self.state = ModelState.UNLOADING
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         if self._in_flight:
             self._drained = asyncio.Event()
             try:
@@ -275,12 +281,23 @@ class Model:
             except TimeoutError:
                 log.warning("model %s: %d requests still in flight", self.name, self._in_flight)
         self._scheduler.stop(len(self._instances))
-        await asyncio.to_thread(self._join_and_finalize)
+        # At least a moment for the instances to see the stop, even past the deadline.
+        join_s = max(1.0, deadline - loop.time())
+        await asyncio.to_thread(self._join_and_finalize, join_s)
         self.state = ModelState.UNAVAILABLE
 
-    def _join_and_finalize(self) -> None:
+    def _join_and_finalize(self, timeout_s: float | None = None) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for instance in self._instances:
-            instance.join()
+            instance.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        busy = [i.spec.name for i in self._instances if i.is_alive()]
+        if busy:
+            log.warning(
+                "model %s: instances %s still executing at the exit timeout; not finalized",
+                self.name,
+                ", ".join(busy),
+            )
+            return
         try:
             self._backend_model.finalize()
         except Exception:

@@ -12,9 +12,13 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pytriton_core.core.response import InferenceResponse, ParameterValue
 from pytriton_core.core.tensor import Tensor
+
+if TYPE_CHECKING:
+    from pytriton_core.tracing import RequestTrace
 
 SEQUENCE_START = 1
 SEQUENCE_END = 2
@@ -51,6 +55,7 @@ class InferenceRequest:
     queue_start_ns: int = 0
     cancelled: bool = False
     final_sent: bool = False
+    trace: RequestTrace | None = None  # set when tracing sampled this request
 
     def output_names(self, model_outputs: list[str]) -> list[str]:
         """The names to return, in the model's order when the client named none."""
@@ -63,8 +68,27 @@ class InferenceRequest:
         if self.final_sent:
             return
         self.final_sent = final
+        if self.trace is not None:
+            self._trace_delivery(self.trace, response, final)
         if self.on_response is not None:
             self.on_response(response, final)
+
+    @staticmethod
+    def _trace_delivery(
+        trace: RequestTrace, response: InferenceResponse | None, final: bool
+    ) -> None:
+        if response is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE")
+            for tensor in response.outputs:
+                trace.record_tensor(
+                    "TENSOR_BACKEND_OUTPUT",
+                    tensor.name,
+                    tensor.datatype.wire_name,
+                    tensor.shape,
+                    tensor.data,
+                )
+        if final:
+            trace.stamp("REQUEST_END")
 
     def send_threadsafe(self, response: InferenceResponse | None, final: bool) -> None:
         """``deliver`` from any thread (decoupled response senders)."""

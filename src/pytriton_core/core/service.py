@@ -22,8 +22,11 @@ from pytriton_core.errors import (
     ServerError,
     UnavailableError,
 )
+from pytriton_core.logging_settings import LogControl
+from pytriton_core.memory import SharedMemoryManager
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
+from pytriton_core.tracing import TraceManager
 
 # Triton's order (core/src/server.cc); listed only once their feature exists here.
 EXTENSIONS = (
@@ -31,9 +34,13 @@ EXTENSIONS = (
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 )
 
 
@@ -49,11 +56,31 @@ def parse_version(text: str | None) -> int:
 
 
 class InferenceService:
-    def __init__(self, options: ServerOptions, manager: ModelManager) -> None:
+    def __init__(
+        self,
+        options: ServerOptions,
+        manager: ModelManager,
+        shared_memory: SharedMemoryManager | None = None,
+        *,
+        tracer: TraceManager | None = None,
+        log_control: LogControl | None = None,
+    ) -> None:
         self.options = options
         self.manager = manager
+        self.tracer = tracer if tracer is not None else TraceManager(options.trace)
+        self.log_control = log_control if log_control is not None else LogControl(options.log)
+        # Client regions (system and CUDA shared memory), one registry for both front ends.
+        self.shared_memory = shared_memory or SharedMemoryManager(
+            allow_client=options.memory.allow_client_shm,
+            pinned_pool_byte_size=options.memory.pinned_memory_pool_byte_size,
+        )
         self.live = False
         self.exiting = False
+
+    def check_accepting(self) -> None:
+        """New inference requests are refused once the server is exiting."""
+        if self.exiting:
+            raise UnavailableError("Server exiting")
 
     # ------------------------------------------------------------- health
 
@@ -118,7 +145,14 @@ class InferenceService:
     # -------------------------------------------------------------- infer
 
     async def infer(self, model: Model, request: InferenceRequest) -> InferenceResponse:
-        """Submit a request expecting exactly one response (HTTP /infer, gRPC ModelInfer)."""
+        """Submit a request expecting exactly one response (HTTP /infer, gRPC ModelInfer).
+
+        When tracing samples the request, ``request.trace`` is set: the caller stamps its own
+        stages on it and calls ``finish`` once the response has left.
+        """
+        self.check_accepting()
+        if request.trace is None:
+            request.trace = self.tracer.sample(model.name)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[InferenceResponse] = loop.create_future()
         responses: list[InferenceResponse] = []

@@ -1,12 +1,32 @@
 """Per model-version counters: the one source for the statistics extension and metrics.
 
-Updated only on the event loop (once per executed batch), so no locking is needed.
+Updated only on the event loop (once per executed batch), so no locking is needed; the
+statistics extension and the Prometheus endpoint read them on the same loop.
 """
 
 from __future__ import annotations
 
+import bisect
+import enum
+import math
 import time
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from pytriton_core.options import DEFAULT_FIRST_RESPONSE_BUCKETS_MS, MetricsOptions
+
+FIRST_RESPONSE_HISTOGRAM = "nv_inference_first_response_histogram_ms"
+
+
+class FailureReason(enum.Enum):
+    """Why a request failed (the ``reason`` label of ``nv_inference_request_failure``)."""
+
+    REJECTED = "REJECTED"  # the scheduler refused it (queue full) or its queue timeout expired
+    CANCELED = "CANCELED"  # cancelled before it completed
+    BACKEND = "BACKEND"  # the model's execution failed
+    OTHER = "OTHER"
 
 
 @dataclass(slots=True)
@@ -48,6 +68,79 @@ class ComputeTiming:
         self.infer_end_ns = self.infer_end_ns or self.end_ns
 
 
+class SlidingSummary:
+    """A Prometheus summary: cumulative count and sum, quantiles over a recent window.
+
+    The window holds the observations of the last ``max_age_s`` seconds, at most
+    ``capacity`` of them (the newest), as prometheus-cpp's summaries age theirs out after
+    60 s; quantiles are exact over that window (nearest rank).
+    """
+
+    __slots__ = ("_capacity", "_max_age_ns", "_window", "count", "sum")
+
+    def __init__(self, max_age_s: float = 60.0, capacity: int = 8192) -> None:
+        self.count = 0
+        self.sum = 0.0
+        self._max_age_ns = int(max_age_s * 1e9)
+        self._capacity = capacity
+        self._window: deque[tuple[int, float]] = deque(maxlen=capacity)
+
+    def observe(self, value: float, now_ns: int) -> None:
+        self.count += 1
+        self.sum += value
+        self._window.append((now_ns, value))
+
+    def quantiles(self, qs: Sequence[float], now_ns: int) -> list[float]:
+        """The value at each quantile of the window; NaN for an empty window."""
+        cutoff = now_ns - self._max_age_ns
+        while self._window and self._window[0][0] < cutoff:
+            self._window.popleft()
+        values = sorted(value for _, value in self._window)
+        if not values:
+            return [math.nan] * len(qs)
+        last = len(values) - 1
+        return [values[min(last, max(0, math.ceil(q * len(values)) - 1))] for q in qs]
+
+
+class Histogram:
+    """Cumulative bucket counts over fixed upper bounds (+Inf implied), with sum and count."""
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # per bucket; the last one is +Inf
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.sum += value
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+
+    def cumulative(self) -> list[int]:
+        total, out = 0, []
+        for n in self.counts:
+            total += n
+            out.append(total)
+        return out
+
+
+@dataclass(slots=True)
+class LatencySummaries:
+    """The per-request latency summaries behind ``summary_latencies`` (µs observations)."""
+
+    request: SlidingSummary = field(default_factory=SlidingSummary)
+    queue: SlidingSummary = field(default_factory=SlidingSummary)
+    compute_input: SlidingSummary = field(default_factory=SlidingSummary)
+    compute_infer: SlidingSummary = field(default_factory=SlidingSummary)
+    compute_output: SlidingSummary = field(default_factory=SlidingSummary)
+
+
+def _zero_failures() -> dict[FailureReason, int]:
+    return dict.fromkeys(FailureReason, 0)
+
+
 @dataclass(slots=True)
 class ModelStatistics:
     success: Duration = field(default_factory=Duration)
@@ -62,7 +155,26 @@ class ModelStatistics:
     execution_count: int = 0
     last_inference_ms: int = 0
     batch_stats: dict[int, BatchDurations] = field(default_factory=dict)
-    pending_requests: int = 0
+    # fail.count split by reason; every reason is present (the metric pre-creates all four).
+    failures: dict[FailureReason, int] = field(default_factory=_zero_failures)
+    # Only when the metrics ask for them (they cost a little per request).
+    summaries: LatencySummaries | None = None
+    first_response: Histogram | None = None
+
+    @classmethod
+    def create(
+        cls, metrics: MetricsOptions | None, config_json: Mapping[str, Any] | None = None
+    ) -> ModelStatistics:
+        """Counters for a model, with the distributions ``metrics`` enables (None: none)."""
+        if metrics is None:
+            return cls()
+        histogram = None
+        if metrics.histogram_latencies:
+            histogram = Histogram(_histogram_buckets(config_json, FIRST_RESPONSE_HISTOGRAM))
+        return cls(
+            summaries=LatencySummaries() if metrics.summary_latencies else None,
+            first_response=histogram,
+        )
 
     def record_execution(self, batch_size: int, timing: ComputeTiming) -> None:
         self.execution_count += 1
@@ -79,11 +191,42 @@ class ModelStatistics:
         self, arrival_ns: int, queue_start_ns: int, timing: ComputeTiming, end_ns: int
     ) -> None:
         # Every request of a batch is charged the batch's compute time, as Triton does.
-        self.success.add(end_ns - arrival_ns)
-        self.queue.add(timing.start_ns - queue_start_ns)
-        self.compute_input.add(timing.input_end_ns - timing.start_ns)
-        self.compute_infer.add(timing.infer_end_ns - timing.input_end_ns)
-        self.compute_output.add(timing.end_ns - timing.infer_end_ns)
+        request_ns = end_ns - arrival_ns
+        queue_ns = timing.start_ns - queue_start_ns
+        input_ns = timing.input_end_ns - timing.start_ns
+        infer_ns = timing.infer_end_ns - timing.input_end_ns
+        output_ns = timing.end_ns - timing.infer_end_ns
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+        summaries = self.summaries
+        if summaries is not None:
+            # Triton observes whole microseconds.
+            summaries.request.observe(request_ns // 1000, end_ns)
+            summaries.queue.observe(queue_ns // 1000, end_ns)
+            summaries.compute_input.observe(input_ns // 1000, end_ns)
+            summaries.compute_infer.observe(infer_ns // 1000, end_ns)
+            summaries.compute_output.observe(output_ns // 1000, end_ns)
 
-    def record_request_failure(self, arrival_ns: int, end_ns: int) -> None:
+    def record_request_failure(
+        self, arrival_ns: int, end_ns: int, reason: FailureReason = FailureReason.OTHER
+    ) -> None:
         self.fail.add(end_ns - arrival_ns)
+        self.failures[reason] += 1
+
+    def record_first_response(self, arrival_ns: int, now_ns: int) -> None:
+        if self.first_response is not None:
+            self.first_response.observe((now_ns - arrival_ns) / 1e6)
+
+
+def _histogram_buckets(config_json: Mapping[str, Any] | None, family: str) -> Sequence[float]:
+    """A model's ``model_metrics`` bucket override for ``family``, else the default."""
+    controls = (config_json or {}).get("model_metrics", {}).get("metric_control", ())
+    for control in controls:
+        if control.get("metric_identifier", {}).get("family") == family:
+            buckets = control.get("histogram_options", {}).get("buckets")
+            if buckets:
+                return sorted(float(b) for b in buckets)
+    return DEFAULT_FIRST_RESPONSE_BUCKETS_MS

@@ -3,12 +3,15 @@
 Raw inputs become numpy views over the received message bytes (``wire.split_field``), typed
 ``contents`` are converted to the binary form and decoded by the same code; raw outputs are
 written from the tensors' memory after the protobuf header, one entry per output, aligned
-with ``outputs`` as the clients require. Request parameters, datatypes and byte sizes follow
-the rules every front end shares (``core.parameters``, ``core.tensor_data``).
+with ``outputs`` as the clients require. Shared-memory inputs are views of the client's
+region (they consume no raw entry); shared-memory outputs are copied into theirs and keep an
+empty raw entry. Request parameters, datatypes and byte sizes follow the rules every front
+end shares (``core.parameters``, ``core.tensor_data``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +35,7 @@ from pytriton_core.core.tensor_data import (
 )
 from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.grpc import wire
+from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
 
 # Message classes of the private pool; their fields are only known at run time.
 _ModelInferRequest: Any = proto.inference("ModelInferRequest")
@@ -84,6 +88,8 @@ class DecodedInfer:
     model_name: str
     model_version: str
     enable_empty_final_response: bool = False
+    # Output name -> where it goes, for outputs requested in shared memory.
+    shm_outputs: dict[str, ShmOutput] = dataclasses.field(default_factory=dict)
 
 
 def read_request(data: bytes) -> tuple[Any, list[memoryview]]:
@@ -122,7 +128,23 @@ def decode_infer_request(
             raise InvalidArgumentError(
                 f"Unable to parse 'shape' for input '{name}': expecting unsigned integers"
             )
-        _reject_shared_memory(entry.parameters)
+        if "shared_memory_region" in entry.parameters:
+            if entry.HasField("contents"):
+                raise InvalidArgumentError(
+                    "unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{name}' for model '{model.name}'"
+                )
+            ref = _shm_reference(entry.parameters, name)
+            array = service.shared_memory.input_array(
+                ref,
+                datatype,
+                shape,
+                input_name=name,
+                model_name=model.name,
+                request_id=request.id,
+            )
+            request.inputs[name] = Tensor(name, datatype, array)
+            continue
         if entry.HasField("contents"):
             if raw:
                 raise InvalidArgumentError(
@@ -144,7 +166,8 @@ def decode_infer_request(
         request.inputs[name] = Tensor(name, datatype, array)
     if message.outputs:
         request.requested_outputs = {
-            output.name: _requested_output(output) for output in message.outputs
+            output.name: _requested_output(output, decoded, service.shared_memory)
+            for output in message.outputs
         }
     return decoded
 
@@ -155,19 +178,46 @@ def _parameter_value(parameter: Any) -> object:
     return None if which is None else getattr(parameter, which)
 
 
-def _reject_shared_memory(parameters: Mapping[str, Any]) -> None:
-    if "shared_memory_region" in parameters:
-        region = _parameter_value(parameters["shared_memory_region"])
-        raise InvalidArgumentError(f"Unable to find shared memory region: '{region}'")
+def _shm_parameter(parameters: Mapping[str, Any], key: str, kind: str, tensor: str) -> Any:
+    parameter = parameters[key]
+    if parameter.WhichOneof("parameter_choice") != kind:
+        raise InvalidArgumentError(
+            f"invalid value type for '{key}' parameter for tensor '{tensor}', expected {kind}."
+        )
+    return getattr(parameter, kind)
 
 
-def _requested_output(output: Any) -> RequestedOutput:
-    _reject_shared_memory(output.parameters)
+def _shm_reference(parameters: Mapping[str, Any], tensor: str) -> ShmReference:
+    """A tensor's shared-memory parameters, of the types Triton requires. Negative values
+    are passed on as they are: the region's compiled range check refuses them."""
+    region = _shm_parameter(parameters, "shared_memory_region", "string_param", tensor)
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidArgumentError(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor '{tensor}'"
+        )
+    byte_size = _shm_parameter(parameters, "shared_memory_byte_size", "int64_param", tensor)
+    offset = 0
+    if "shared_memory_offset" in parameters:
+        offset = _shm_parameter(parameters, "shared_memory_offset", "int64_param", tensor)
+    return ShmReference(region, offset, byte_size)
+
+
+def _requested_output(
+    output: Any, decoded: DecodedInfer, shared_memory: SharedMemoryManager
+) -> RequestedOutput:
     class_count: object = 0
     if "classification" in output.parameters:
         class_count = _parameter_value(output.parameters["classification"])
     if not isinstance(class_count, int) or isinstance(class_count, bool) or class_count < 0:
         raise InvalidArgumentError(f"Unable to parse 'classification' for output '{output.name}'")
+    if "shared_memory_region" in output.parameters:
+        if class_count:
+            raise InvalidArgumentError(
+                "output can't set both 'shared_memory_region' and 'classification'"
+            )
+        ref = _shm_reference(output.parameters, output.name)
+        decoded.shm_outputs[output.name] = shared_memory.output_target(output.name, ref)
     return RequestedOutput(output.name, class_count)
 
 
@@ -235,7 +285,12 @@ def _response_parts(
         header.outputs.add(
             name=tensor.name, datatype=tensor.datatype.wire_name, shape=tensor.data.shape
         )
-        raw.append(array_to_bytes(tensor))
+        target = decoded.shm_outputs.get(tensor.name)
+        if target is not None:
+            target.write(tensor)
+            raw.append(b"")  # kept, so that raw entries stay aligned with outputs
+        else:
+            raw.append(array_to_bytes(tensor))
     parts: list[Buffer] = [header.SerializeToString()]
     wire.append_field(parts, _RAW_OUTPUT_CONTENTS, raw)
     return parts

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -25,6 +26,8 @@ from pytriton_core.frontends.grpc.infer_codec import (
     encode_infer_response,
     read_request,
 )
+from pytriton_core.frontends.grpc.settings import log_settings, trace_setting
+from pytriton_core.frontends.grpc.shm_service import SharedMemoryRpcs
 from pytriton_core.frontends.grpc.stream import InferStream
 from pytriton_core.repository.overrides import FILE_PREFIX
 
@@ -34,16 +37,7 @@ SERVICE_NAME = proto.GRPC_INFERENCE_SERVICE.full_name
 # The RPCs whose inference messages skip protobuf's (de)serialization (see wire.py).
 _RAW_RPCS = ("ModelInfer", "ModelStreamInfer")
 # RPCs of extensions this server does not have yet: the feature named in the answer.
-_UNSUPPORTED_FEATURES = {
-    "SystemSharedMemoryStatus": "system shared memory",
-    "SystemSharedMemoryRegister": "system shared memory",
-    "SystemSharedMemoryUnregister": "system shared memory",
-    "CudaSharedMemoryStatus": "CUDA shared memory",
-    "CudaSharedMemoryRegister": "CUDA shared memory",
-    "CudaSharedMemoryUnregister": "CUDA shared memory",
-    "TraceSetting": "trace",
-    "LogSettings": "logging",
-}
+_UNSUPPORTED_FEATURES: dict[str, str] = {}
 
 Unary = Callable[[Any], Awaitable[Any]]
 
@@ -75,7 +69,7 @@ def _snake_case(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-class GrpcInferenceService:
+class GrpcInferenceService(SharedMemoryRpcs):
     """The RPC handlers over one ``InferenceService``."""
 
     def __init__(self, service: InferenceService) -> None:
@@ -137,6 +131,7 @@ class GrpcInferenceService:
     # ---------------------------------------------------------------- infer
 
     async def model_infer(self, data: bytes) -> bytes:
+        received_ns = time.monotonic_ns()
         message, raw = read_request(data)
         decoded = decode_infer_request(self._service, message, raw, unary=True)
         try:
@@ -144,14 +139,36 @@ class GrpcInferenceService:
         except asyncio.CancelledError:  # the client cancelled, or its deadline passed
             decoded.request.cancelled = True
             raise
-        if response.error is not None:
-            raise response.error
-        return encode_infer_response(decoded, response)
+        trace = decoded.request.trace
+        if trace is None:
+            if response.error is not None:
+                raise response.error
+            return encode_infer_response(decoded, response)
+        # grpc.aio hands over the whole message and sends the answer itself: the read is
+        # stamped as a moment, the send around the encoding.
+        trace.stamp("GRPC_WAITREAD_START", received_ns)
+        trace.stamp("GRPC_WAITREAD_END", received_ns)
+        trace.stamp("GRPC_SEND_START")
+        try:
+            if response.error is not None:
+                raise response.error
+            return encode_infer_response(decoded, response)
+        finally:
+            trace.stamp("GRPC_SEND_END")
+            trace.finish()
 
     async def _model_stream_infer(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
         await InferStream(self._service, context).run(requests)
+
+    # ------------------------------------------------- logging and trace
+
+    async def log_settings(self, request: Any) -> Any:
+        return log_settings(self._service, request)
+
+    async def trace_setting(self, request: Any) -> Any:
+        return trace_setting(self._service, request)
 
     # ----------------------------------------------------- model repository
 

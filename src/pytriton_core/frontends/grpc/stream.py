@@ -78,7 +78,12 @@ class InferStream:
             message, raw = read_request(data)
             request_id = message.id
             decoded = decode_infer_request(self._service, message, raw, unary=False)
+            self._service.check_accepting()
             request = decoded.request
+            request.trace = self._service.tracer.sample(decoded.model.name)
+            if request.trace is not None:
+                request.trace.stamp("GRPC_WAITREAD_START")
+                request.trace.stamp("GRPC_WAITREAD_END")
             request.on_response = functools.partial(self._on_response, decoded)
             self._in_flight.add(request)
             try:
@@ -108,6 +113,11 @@ class InferStream:
             except ServerError as exc:
                 self._fail(exc, encode_stream_completion(decoded, final, exc.message))
         if final:
+            trace = decoded.request.trace
+            if trace is not None:  # queued for the stream: stamped as sent
+                trace.stamp("GRPC_SEND_START")
+                trace.stamp("GRPC_SEND_END")
+                trace.finish()
             self._in_flight.discard(decoded.request)
             self._close_if_done()
 

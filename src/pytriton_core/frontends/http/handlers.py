@@ -24,18 +24,14 @@ from pytriton_core.frontends.http.messages import (
     plain_error,
 )
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
+from pytriton_core.frontends.http.settings_handlers import add_settings_routes
+from pytriton_core.frontends.http.shm_handlers import add_shared_memory_routes
+from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
 from pytriton_core.repository.overrides import FILE_PREFIX
 
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[0-9]+))?"
 # A named repository ("/v2/repository/<name>/...") is not supported, as in Triton.
 _REPOSITORY = r"/v2/repository(?:/(?P<repository>[^/]+))?"
-_SHM_ACTIONS = r"(?:/region/[^/]+)?/(?:status|register|unregister)"
-_UNSUPPORTED_EXTENSIONS = {
-    "system shared memory": r"/v2/systemsharedmemory" + _SHM_ACTIONS,
-    "CUDA shared memory": r"/v2/cudasharedmemory" + _SHM_ACTIONS,
-    "trace": r"/v2(?:/models/[^/]+)?/trace/setting",
-    "logging": r"/v2/logging",
-}
 
 
 def build_router(service: InferenceService) -> Router:
@@ -84,12 +80,29 @@ def build_router(service: InferenceService) -> Router:
             refusal.headers.append((b"Accept-Encoding", exc.accepted))
             return refusal
         header_length = _header_length(request, len(body))
-        decoded = decode_infer_request(model, body, header_length)
+        decoded = decode_infer_request(model, body, header_length, service.shared_memory)
         response = await service.infer(model, decoded.request)
-        if response.error is not None:
-            raise response.error
-        http_response = encode_infer_response(model, decoded, response)
-        return compression.encode_response(http_response, request.headers.get("accept-encoding"))
+        trace = decoded.request.trace
+        if trace is None:
+            if response.error is not None:
+                raise response.error
+            http_response = encode_infer_response(model, decoded, response)
+            return compression.encode_response(
+                http_response, request.headers.get("accept-encoding")
+            )
+        stamp_received(trace)
+        try:
+            if response.error is not None:
+                raise response.error
+            http_response = compression.encode_response(
+                encode_infer_response(model, decoded, response),
+                request.headers.get("accept-encoding"),
+            )
+        except BaseException:
+            trace.finish()
+            raise
+        http_response.on_sent = finish_when_sent(trace)
+        return http_response
 
     async def repository_index(request: Request, match: RouteMatch) -> HttpResponse:
         _reject_named_repository(match)
@@ -147,16 +160,9 @@ def build_router(service: InferenceService) -> Router:
     router.add(_REPOSITORY + r"/index", POST=repository_index)
     router.add(_REPOSITORY + r"/models/(?P<model>[^/]+)/load", POST=repository_load)
     router.add(_REPOSITORY + r"/models/(?P<model>[^/]+)/unload", POST=repository_unload)
-    for feature, pattern in _UNSUPPORTED_EXTENSIONS.items():
-        router.add(pattern, GET=_unsupported(feature), POST=_unsupported(feature))
+    add_shared_memory_routes(router, service)
+    add_settings_routes(router, service)
     return router
-
-
-def _unsupported(feature: str):  # type: ignore[no-untyped-def]
-    async def handler(request: Request, match: RouteMatch) -> HttpResponse:
-        raise UnsupportedError(f"the {feature} extension is not supported by this server yet")
-
-    return handler
 
 
 def _reject_named_repository(match: RouteMatch) -> None:

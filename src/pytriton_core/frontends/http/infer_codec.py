@@ -1,7 +1,9 @@
 """The KServe v2 infer body, both ways: JSON tensors and the binary tensor extension.
 
 Binary inputs become numpy views over the received body (no copy); binary outputs go
-back as memoryviews appended after the JSON header (no join).
+back as memoryviews appended after the JSON header (no join). Shared-memory inputs are views
+of the client's region; shared-memory outputs are copied into theirs once, and the response
+carries only their name, datatype and shape.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from pytriton_core.core.tensor_data import array_from_bytes, array_to_bytes, dat
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
+    NotFoundError,
     UnsupportedError,
 )
 from pytriton_core.frontends.http.messages import JSON, Buffer, HttpResponse
+from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
 
 OCTET_STREAM = b"application/octet-stream"
 _DATA_SOURCES = ("data", "binary_data_size", "shared_memory_region")
-_SHM_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
 
 
 @dataclass(slots=True)
@@ -43,6 +46,8 @@ class DecodedInfer:
     # Output name -> True for binary; outputs the client did not name use the default.
     binary_outputs: dict[str, bool] = field(default_factory=dict)
     binary_by_default: bool = False
+    # Output name -> where it goes, for outputs requested in shared memory.
+    shm_outputs: dict[str, ShmOutput] = field(default_factory=dict)
 
 
 # Triton reports a malformed infer document as INTERNAL (HTTP 500) in its JSON library's
@@ -155,7 +160,36 @@ class _BinaryCursor:
             )
 
 
-def _input_tensor(entry: Any, binary: _BinaryCursor, request_id: str) -> Tensor:
+def _shm_reference(parameters: Mapping[str, Any], tensor_name: str) -> ShmReference:
+    """A tensor's shared-memory parameters, typed as Triton's JSON reader requires them."""
+    region = parameters["shared_memory_region"]
+    if not isinstance(region, str):
+        raise _unparsable("shared_memory_region", _NOT_STRING)
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidArgumentError(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor '{tensor_name}'"
+        )
+    byte_size = parameters["shared_memory_byte_size"]
+    offset = parameters.get("shared_memory_offset", 0)
+    if not _is_unsigned(byte_size):
+        raise _unparsable("shared_memory_byte_size", _NOT_UNSIGNED)
+    if not _is_unsigned(offset):
+        raise _unparsable("shared_memory_offset", _NOT_UNSIGNED)
+    return ShmReference(region, offset, byte_size)
+
+
+def _unknown_region(region: str) -> NotFoundError:
+    return NotFoundError(f"Unable to find shared memory region: '{region}'")
+
+
+def _input_tensor(
+    entry: Any,
+    binary: _BinaryCursor,
+    request_id: str,
+    shared_memory: SharedMemoryManager | None,
+    model_name: str,
+) -> Tensor:
     if not isinstance(entry, dict):
         raise InvalidArgumentError("each input must be a JSON object")
     name = _member(entry, "name")
@@ -178,8 +212,18 @@ def _input_tensor(entry: Any, binary: _BinaryCursor, request_id: str) -> Tensor:
         )
     source = present[0]
     if source == "shared_memory_region":
-        region = parameters.get("shared_memory_region")
-        raise InvalidArgumentError(f"Unable to find shared memory region: '{region}'")
+        ref = _shm_reference(parameters, name)
+        if shared_memory is None:
+            raise _unknown_region(ref.region)
+        array = shared_memory.input_array(
+            ref,
+            datatype,
+            shape,
+            input_name=name,
+            model_name=model_name,
+            request_id=request_id,
+        )
+        return Tensor(name, datatype, array)
     if source == "binary_data_size":
         size = parameters["binary_data_size"]
         if not _is_unsigned(size):
@@ -206,7 +250,9 @@ def _input_tensor(entry: Any, binary: _BinaryCursor, request_id: str) -> Tensor:
     return Tensor(name, datatype, array)
 
 
-def _requested_outputs(raw: Any, decoded: DecodedInfer) -> None:
+def _requested_outputs(
+    raw: Any, decoded: DecodedInfer, shared_memory: SharedMemoryManager | None
+) -> None:
     if raw is None:
         return
     if not isinstance(raw, list):
@@ -219,10 +265,6 @@ def _requested_outputs(raw: Any, decoded: DecodedInfer) -> None:
         parameters = entry.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgumentError(f"'parameters' of output '{name}' must be a JSON object")
-        if "shared_memory_region" in parameters:
-            raise InvalidArgumentError(
-                f"Unable to find shared memory region: '{parameters['shared_memory_region']}'"
-            )
         # binary_data_output is the default only for the outputs a request does not name.
         binary = parameters.get("binary_data", False)
         class_count = parameters.get("classification", 0)
@@ -230,13 +272,32 @@ def _requested_outputs(raw: Any, decoded: DecodedInfer) -> None:
             raise _unparsable("binary_data", _NOT_BOOL)
         if not _is_unsigned(class_count):
             raise InternalError(f"Unable to set 'classification': {_NOT_UNSIGNED}")
+        if "shared_memory_region" in parameters:
+            for conflict in ("binary_data", "classification"):
+                if parameters.get(conflict):
+                    raise InvalidArgumentError(
+                        f"Output can't set both 'shared_memory_region' and '{conflict}'"
+                    )
+            ref = _shm_reference(parameters, name)
+            if shared_memory is None:
+                raise _unknown_region(ref.region)
+            decoded.shm_outputs[name] = shared_memory.output_target(name, ref)
         requested[name] = RequestedOutput(name, class_count)
         decoded.binary_outputs[name] = binary
     decoded.request.requested_outputs = requested
 
 
-def decode_infer_request(model: Model, body: Buffer, header_length: int | None) -> DecodedInfer:
-    """Parse an infer body into a core request (the caller validates it against the model)."""
+def decode_infer_request(
+    model: Model,
+    body: Buffer,
+    header_length: int | None,
+    shared_memory: SharedMemoryManager | None = None,
+) -> DecodedInfer:
+    """Parse an infer body into a core request (the caller validates it against the model).
+
+    Inputs and outputs in shared memory are resolved in ``shared_memory`` (none: every
+    region is unknown): inputs become views of their regions, outputs' ranges are checked.
+    """
     request = InferenceRequest(model_name=model.name, model_version=model.version)
     if header_length == 0:
         return _decode_raw_binary(model, body, request)
@@ -263,14 +324,14 @@ def decode_infer_request(model: Model, body: Buffer, header_length: int | None) 
     if not isinstance(inputs, list):
         raise _unparsable("inputs", _NOT_ARRAY)
     for entry in inputs:
-        tensor = _input_tensor(entry, cursor, request_id)
+        tensor = _input_tensor(entry, cursor, request_id, shared_memory, model.name)
         if tensor.name in request.inputs:
             raise InvalidArgumentError(
                 f"input '{tensor.name}' already exists in request"
             ).with_request_id(request_id)
         request.inputs[tensor.name] = tensor
     cursor.check_consumed()
-    _requested_outputs(document.get("outputs"), decoded)
+    _requested_outputs(document.get("outputs"), decoded, shared_memory)
     return decoded
 
 
@@ -339,7 +400,10 @@ def encode_infer_response(
             "datatype": tensor.datatype.wire_name,
             "shape": list(tensor.data.shape),
         }
-        if decoded.binary_outputs.get(tensor.name, decoded.binary_by_default):
+        target = decoded.shm_outputs.get(tensor.name)
+        if target is not None:
+            target.write(tensor)  # the response names it; the data is in the region
+        elif decoded.binary_outputs.get(tensor.name, decoded.binary_by_default):
             blob = array_to_bytes(tensor)
             entry["parameters"] = {"binary_data_size": len(blob)}
             if len(blob):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -20,6 +20,8 @@ class HttpResponse:
     body: Sequence[Buffer] = ()
     content_type: bytes | None = None
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # Called with (send start, send end) monotonic ns once written (request tracing).
+    on_sent: Callable[[int, int], None] | None = None
 
     @property
     def content_length(self) -> int:

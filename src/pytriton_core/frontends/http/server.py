@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import cast
@@ -28,6 +29,7 @@ from pytriton_core.errors import ServerError
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.messages import HttpResponse, error_response, plain_error
 from pytriton_core.frontends.http.router import Router
+from pytriton_core.frontends.http.timing import RECEIVED
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +65,19 @@ class HttpFrontend:
         log.info("Started HTTPService at %s:%d", host, bound_port)
         return bound_port
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_s: float = 0.0) -> None:
+        """Stop listening; connections close once their current request is answered
+        (waiting up to ``timeout_s`` for those)."""
         if self._server is None:
             return
         self._server.close()
         for connection in list(self._connections):
             connection.close_when_idle()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self._connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
         await self._server.wait_closed()
+        self._server = None
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -80,7 +88,9 @@ class HttpProtocol(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self._assembler)
         self._assembler.attach(self._parser)
         self._transport: asyncio.Transport | None = None
-        self._pending: deque[HttpRequest | _BrokenStream] = deque()
+        # Each parsed request with when its first bytes and its last bytes arrived (ns).
+        self._pending: deque[tuple[HttpRequest | _BrokenStream, int, int]] = deque()
+        self._receiving_since = 0
         self._broken = False
         self._busy = False
         self._paused = False
@@ -105,6 +115,9 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._broken:
             return
+        now = time.monotonic_ns()
+        if not self._receiving_since:
+            self._receiving_since = now
         failure: _BrokenStream | None = None
         try:
             self._parser.feed_data(data)
@@ -117,10 +130,14 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 failure = _BrokenStream(400, f"malformed HTTP request: {exc}")
         # Requests completed before the bad bytes are answered first, in order.
-        self._pending.extend(self._assembler.drain())
+        completed = self._assembler.drain()
+        if completed:
+            since = self._receiving_since
+            self._pending.extend((request, since, now) for request in completed)
+            self._receiving_since = 0
         if failure is not None:
             self._broken = True
-            self._pending.append(failure)
+            self._pending.append((failure, 0, 0))
         elif self._assembler.take_expect_continue() and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if len(self._pending) > _MAX_PIPELINED and not self._paused and self._transport:
@@ -138,15 +155,16 @@ class HttpProtocol(asyncio.Protocol):
     def _start_next(self) -> None:
         if self._busy or not self._pending:
             return
-        item = self._pending.popleft()
+        item, received_start, received_end = self._pending.popleft()
         if isinstance(item, _BrokenStream):
             self._pending.clear()
             self._write(plain_error(item.status, item.message), keep_alive=False)
             return
         self._busy = True
-        asyncio.get_running_loop().create_task(self._handle(item))
+        asyncio.get_running_loop().create_task(self._handle(item, received_start, received_end))
 
-    async def _handle(self, request: HttpRequest) -> None:
+    async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
+        RECEIVED.set((received_start, received_end))  # this task's own context
         try:
             response = await self._router.dispatch(request)
         except ServerError as exc:
@@ -172,6 +190,9 @@ class HttpProtocol(asyncio.Protocol):
             keep_alive,
             response.headers,
         )
+        send_start = time.monotonic_ns() if response.on_sent is not None else 0
         transport.writelines((head, *response.body))
+        if response.on_sent is not None:
+            response.on_sent(send_start, time.monotonic_ns())
         if not keep_alive:
             transport.close()

@@ -1,0 +1,145 @@
+"""Triton's perf_analyzer: runs it once per window and reads its CSV report (``-f file.csv``).
+
+One perf_analyzer run takes ``max_trials`` measurements of ``window_ms`` each (``-s 10000``:
+any spread counts as stable, so it always stops after them) and reports their average; the runner
+repeats the run and takes the median, so a figure is the median of runs, each of which averages
+perf_analyzer's own windows. perf_analyzer runs in its default synchronous mode, one thread per
+concurrent request, sending binary tensors over HTTP, gRPC, or system shared memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.clients.base import ClientError, Window, run_tool
+from bench.payloads import INPUT_NAME, MODEL_NAME
+
+# perf_analyzer's stability check (max/min of the last 3 windows within this %) would make it
+# retry, or fail, on a busy machine: the bench takes the median over runs instead.
+STABILITY_PCT = 10000
+
+# The CSV's latency components; perf_analyzer's average latency is their sum.
+_COMPONENTS = (
+    "Client Send",
+    "Network+Server Send/Recv",
+    "Server Queue",
+    "Server Compute Input",
+    "Server Compute Infer",
+    "Server Compute Output",
+    "Client Recv",
+)
+
+
+@dataclass(frozen=True)
+class PerfAnalyzerRun:
+    """One perf_analyzer invocation's target and load."""
+
+    url: str  # host:port
+    protocol: str  # "http" or "grpc"
+    elements: int
+    concurrency: int
+    window_ms: int  # -p: one of perf_analyzer's measurement windows
+    shared_memory: str = "none"  # "none" or "system"
+
+
+class PerfAnalyzer:
+    name = "perf_analyzer"
+
+    def __init__(self, path: Path, *, max_trials: int = 3) -> None:
+        self.path = path
+        self.max_trials = max_trials
+        self.version = _version(path)
+
+    def settings(self, run: PerfAnalyzerRun) -> str:
+        shm = f" --shared-memory {run.shared_memory}" if run.shared_memory != "none" else ""
+        return (
+            f"perf_analyzer {self.version} -i {run.protocol} sync{shm} "
+            f"-p {run.window_ms} -r {self.max_trials} -s {STABILITY_PCT}"
+        )
+
+    def command(self, run: PerfAnalyzerRun, csv_path: Path) -> list[str]:
+        command = [
+            str(self.path),
+            "-m",
+            MODEL_NAME,
+            "-i",
+            run.protocol,
+            "-u",
+            run.url,
+            "--shape",
+            f"{INPUT_NAME}:{run.elements}",
+            "--concurrency-range",
+            f"{run.concurrency}:{run.concurrency}",
+            "-p",
+            str(run.window_ms),
+            "-r",
+            str(self.max_trials),
+            "-s",
+            str(STABILITY_PCT),
+            "-f",
+            str(csv_path),
+        ]
+        if run.shared_memory != "none":
+            # The output's shape is variable ([-1]): perf_analyzer needs its region size.
+            command += [
+                "--shared-memory",
+                run.shared_memory,
+                "--output-shared-memory-size",
+                str(run.elements * 4),
+            ]
+        return command
+
+    def measure(self, run: PerfAnalyzerRun, workdir: Path, label: str) -> Window:
+        """One perf_analyzer run (``max_trials`` windows, averaged by perf_analyzer)."""
+        csv_path = workdir / f"{label}.csv"
+        csv_path.unlink(missing_ok=True)
+        # Bounded: trials plus warm-up, generously, for slow large-tensor requests.
+        timeout_s = 60 + 4 * self.max_trials * run.window_ms / 1000
+        run_tool(
+            self.command(run, csv_path), timeout_s=timeout_s, log_path=workdir / f"{label}.log"
+        )
+        if not csv_path.is_file():
+            raise ClientError(f"perf_analyzer wrote no CSV report ({csv_path})")
+        window = parse_csv(csv_path.read_text())
+        return dataclasses.replace(window, duration_s=self.max_trials * run.window_ms / 1000)
+
+
+def parse_csv(text: str) -> Window:
+    """The single concurrency row of perf_analyzer's ``-f`` report."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if len(rows) != 1:
+        raise ClientError(f"expected one row in perf_analyzer's CSV report, got {len(rows)}")
+    row = rows[0]
+    try:
+        mean = sum(float(row[column]) for column in _COMPONENTS if row.get(column))
+        return Window(
+            throughput=float(row["Inferences/Second"]),
+            p50_us=float(row["p50 latency"]),
+            p90_us=float(row["p90 latency"]),
+            p95_us=float(row["p95 latency"]),
+            p99_us=float(row["p99 latency"]),
+            mean_us=mean or None,
+            duration_s=0.0,
+            requests=None,
+        )
+    except (KeyError, ValueError) as error:
+        raise ClientError(
+            f"unexpected perf_analyzer CSV report ({error}): {text[:300]!r}"
+        ) from None
+
+
+def _version(path: Path) -> str:
+    try:
+        result = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    match = re.search(r"Version\s+(\S+)", result.stdout + result.stderr)
+    return match.group(1) if match else "?"

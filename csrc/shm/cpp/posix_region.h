@@ -1,0 +1,128 @@
+// Client regions of POSIX shared memory: map, check ranges, copy. Pure data movement, no
+// Python.h; every call may run without the GIL.
+//
+// A region is [offset, offset + size) of the shared-memory object a client created
+// (shm_open name = its key). map_region() maps exactly that range read/write (from the page
+// that holds its first byte) and keeps the object's descriptor open, so that
+// region_backed() can tell later whether the client shrank the object under the mapping:
+// touching a mapped page past the object's end raises SIGBUS, so callers check before each
+// use. unmap_region() undoes both; the owner calls it once, when nothing reads the region.
+//
+// Range arithmetic never forms offset + size, which wraps around 2^64: check_range() is the
+// one place that decides whether a range lies inside an extent.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace pytriton {
+namespace shm {
+
+enum RangeStatus : int {
+    kInRange = 0,
+    kBadOffset = 1,  // the offset itself lies beyond the extent
+    kBadEnd = 2,     // the offset is inside, but offset + size is not
+};
+
+// Whether [offset, offset + size) lies within [0, extent). An empty range at the very end
+// (offset == extent, size == 0) is inside.
+inline RangeStatus check_range(std::uint64_t extent, std::uint64_t offset,
+                               std::uint64_t size) noexcept {
+    if (offset > extent) return kBadOffset;
+    if (size > extent - offset) return kBadEnd;
+    return kInRange;
+}
+
+enum MapStatus : int {
+    kMapped = 0,
+    kOpenFailed = 1,   // shm_open: no such object, no permission, bad name (errno set)
+    kStatFailed = 2,   // fstat (errno set)
+    kOutOfObject = 3,  // the range is empty or not inside the object
+    kMapFailed = 4,    // mmap (errno set)
+};
+
+struct Mapping {
+    int fd = -1;
+    void* base = nullptr;      // what mmap returned: page aligned
+    std::size_t length = 0;    // the bytes mapped from base
+    char* data = nullptr;      // the region's first byte
+    std::uint64_t offset = 0;  // the region's offset in the object
+    std::uint64_t size = 0;    // the region's byte size
+};
+
+// Map [offset, offset + size) of the object `key` read/write into *out. On failure *out is
+// left empty, nothing stays open, and *err holds errno where the status says so (else 0);
+// *object_size is the object's size once fstat has read it (else 0).
+inline MapStatus map_region(const char* key, std::uint64_t offset, std::uint64_t size,
+                            Mapping* out, int* err, std::uint64_t* object_size) noexcept {
+    *err = 0;
+    *object_size = 0;
+    *out = Mapping{};
+    const int fd = shm_open(key, O_RDWR, 0);
+    if (fd < 0) {
+        *err = errno;
+        return kOpenFailed;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        *err = errno;
+        close(fd);
+        return kStatFailed;
+    }
+    *object_size = st.st_size > 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+    if (size == 0 || check_range(*object_size, offset, size) != kInRange) {
+        close(fd);
+        return kOutOfObject;
+    }
+    const long page = sysconf(_SC_PAGESIZE);
+    const std::uint64_t lead = offset % static_cast<std::uint64_t>(page > 0 ? page : 4096);
+    // Both fit: offset + size <= st_size, an off_t.
+    const std::size_t length = static_cast<std::size_t>(lead + size);
+    void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                      static_cast<off_t>(offset - lead));
+    if (base == MAP_FAILED) {
+        *err = errno;
+        close(fd);
+        return kMapFailed;
+    }
+    out->fd = fd;
+    out->base = base;
+    out->length = length;
+    out->data = static_cast<char*>(base) + lead;
+    out->offset = offset;
+    out->size = size;
+    return kMapped;
+}
+
+// Undo map_region(); a no-op on an empty mapping. Exactly once per mapped region.
+inline void unmap_region(Mapping* mapping) noexcept {
+    if (mapping->base != nullptr) munmap(mapping->base, mapping->length);
+    if (mapping->fd >= 0) close(mapping->fd);
+    *mapping = Mapping{};
+}
+
+// Whether the object still holds the whole region (a client may have shrunk it).
+inline bool region_backed(const Mapping& mapping) noexcept {
+    struct stat st;
+    if (mapping.fd < 0 || fstat(mapping.fd, &st) != 0 || st.st_size < 0) return false;
+    return check_range(static_cast<std::uint64_t>(st.st_size), mapping.offset, mapping.size) ==
+           kInRange;
+}
+
+// Copy n bytes from src to the region at offset. Unchecked: [offset, offset + n) must be
+// inside the region. src may overlap the region (a model's output can be a view of its
+// input in the same region), so this is a memmove.
+inline void copy_into_unchecked(const Mapping& mapping, std::uint64_t offset, const void* src,
+                                std::size_t n) noexcept {
+    std::memmove(mapping.data + offset, src, n);
+}
+
+}  // namespace shm
+}  // namespace pytriton

@@ -1,0 +1,81 @@
+"""Client system shared memory (csrc/shm): mapped regions, range checks and copies."""
+
+from typing import Any, final
+
+from typing_extensions import Buffer
+
+UINT64_MAX: int
+
+class RegionRangeError(ValueError):
+    """A range not inside a region or object. ``part``: "offset" (the offset itself is
+    outside, negative or above 2**64 - 1), "offset + byte size" (the end is outside) or
+    "byte size" (an empty region)."""
+
+    part: str
+    offset: Any
+    byte_size: Any
+    extent: int | None
+
+    def __init__(self, part: str, offset: Any, byte_size: Any, extent: int | None) -> None: ...
+
+class RegionOpenError(OSError):
+    """shm_open failed for the key (errno set)."""
+
+class RegionMapError(OSError):
+    """fstat or mmap failed for an object that could be opened (errno set)."""
+
+class OutputTooLargeError(ValueError):
+    """Data larger than the byte size reserved for it."""
+
+    needed: int
+    byte_size: int
+
+    def __init__(self, needed: int, byte_size: int) -> None: ...
+
+def check_range(extent: int, offset: int, byte_size: int) -> None:
+    """Raise RegionRangeError unless [offset, offset + byte_size) lies in [0, extent);
+    negative values and values above 2**64 - 1 are refused, the sum is never formed."""
+
+@final
+class SystemRegion:
+    """A mapped client region; unmapped when the last reference (views and the arrays over
+    them included) goes."""
+
+    @staticmethod
+    def open(key: str, offset: int, byte_size: int) -> SystemRegion:
+        """Map [offset, offset + byte_size) of the object ``key`` read/write.
+
+        RegionOpenError: the object cannot be opened; RegionRangeError: the range is empty
+        or not inside the object; RegionMapError: mmap failed; ValueError: a key with NUL.
+        """
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def byte_size(self) -> int: ...
+    @property
+    def address(self) -> int: ...
+    def backed(self) -> bool:
+        """Whether the object still holds the whole region (a client can shrink it)."""
+
+    def check(self, offset: int, byte_size: int) -> None:
+        """RegionRangeError unless the range is inside the region and still backed."""
+
+    def view(self, offset: int, byte_size: int) -> RegionView:
+        """A read-only zero-copy view of the checked range."""
+
+    def write(self, offset: int, byte_size: int, data: Buffer) -> int:
+        """Copy C-contiguous ``data`` to the region at ``offset`` (checked range;
+        OutputTooLargeError when it exceeds ``byte_size``); returns the bytes copied."""
+
+@final
+class RegionView:
+    """Read-only bytes of a SystemRegion (buffer protocol); keeps the region mapped."""
+
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def region(self) -> SystemRegion: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...

@@ -1,0 +1,95 @@
+"""The logging and trace extensions over HTTP: ``/v2/logging`` and
+``/v2[/models/{m}]/trace/setting``, GET and POST, with Triton's answers to bad values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from pytriton_core.core.service import InferenceService
+from pytriton_core.errors import (
+    InternalError,
+    InvalidArgumentError,
+    ServerError,
+    UnavailableError,
+    UnsupportedError,
+)
+from pytriton_core.frontends.http.messages import HttpResponse, json_response
+from pytriton_core.frontends.http.router import Request, RouteMatch, Router
+from pytriton_core.logging_settings import SETTABLE, parse_log_format
+from pytriton_core.options import LogFormat
+from pytriton_core.tracing import changes_from_json
+
+
+def add_settings_routes(router: Router, service: InferenceService) -> None:
+    async def get_logging(request: Request, match: RouteMatch) -> HttpResponse:
+        return json_response(service.log_control.settings.to_json())
+
+    async def post_logging(request: Request, match: RouteMatch) -> HttpResponse:
+        changes = log_changes_from_json(_json_document(request))
+        return json_response(service.log_control.update(changes).to_json())
+
+    async def get_trace(request: Request, match: RouteMatch) -> HttpResponse:
+        return json_response(service.tracer.settings(_traced_model(service, match)))
+
+    async def post_trace(request: Request, match: RouteMatch) -> HttpResponse:
+        model = _traced_model(service, match)
+        document = _json_document(request)
+        body = document if isinstance(document, dict) else {}
+        return json_response(service.tracer.update(model, changes_from_json(body)))
+
+    router.add(r"/v2/logging", GET=get_logging, POST=post_logging)
+    router.add(r"/v2/trace/setting", GET=get_trace, POST=post_trace)
+    router.add(r"/v2/models/(?P<model>[^/]+)/trace/setting", GET=get_trace, POST=post_trace)
+
+
+def _traced_model(service: InferenceService, match: RouteMatch) -> str | None:
+    name = match.get("model")
+    if name is None:
+        return None
+    try:
+        service.manager.get(name)
+    except ServerError:
+        raise InvalidArgumentError(f"Request for unknown model : {name}") from None
+    return name
+
+
+def _json_document(request: Request) -> Any:
+    """The body as JSON; Triton answers an empty or malformed one with 500."""
+    try:
+        return orjson.loads(request.body)
+    except orjson.JSONDecodeError as exc:
+        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
+
+
+def log_changes_from_json(document: Any) -> dict[str, Any]:
+    """The settings a POST changes; JSON nulls and unknown keys are ignored, as in Triton."""
+    if not isinstance(document, dict):
+        return {}
+    if document.get("log_file") is not None:
+        raise UnsupportedError("log file location can not be updated through network protocol")
+    changes: dict[str, Any] = {}
+    for key, kind in SETTABLE.items():
+        value = document.get(key)
+        if value is None:
+            continue
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise InternalError("attempt to access JSON non-boolean as boolean")
+            changes[key] = value
+        elif kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InternalError(
+                    "attempt to access JSON non-unsigned-integer as unsigned-integer"
+                )
+            changes[key] = value
+        else:
+            if not isinstance(value, str):
+                raise InternalError("attempt to access JSON non-string as string")
+            log_format: LogFormat | None = parse_log_format(value)
+            if log_format is None:
+                # Triton answers this one with UNAVAILABLE (503) over HTTP.
+                raise UnavailableError(f"invalid argument for --log_format, got: {value}")
+            changes[key] = log_format
+    return changes

@@ -1,0 +1,110 @@
+"""System shared memory regions: a client's POSIX shared-memory object, mapped.
+
+The mapping, every range check and every copy are the compiled ``_native.shm``; this module
+names the region and turns the extension's exceptions into Triton's errors and messages.
+A region is unmapped when its last reference goes: the registry holds one while it is
+registered, and each request that uses it holds its own (input arrays through their views,
+outputs through ``ShmOutput``), so unregistering a region in use unmaps it only once those
+requests are done.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pytriton_core._native.shm import (
+    OutputTooLargeError,
+    RegionMapError,
+    RegionOpenError,
+    RegionRangeError,
+    SystemRegion,
+)
+from pytriton_core.core.tensor_data import Buffer
+from pytriton_core.errors import InternalError, InvalidArgumentError
+
+
+def range_error(error: RegionRangeError, region_name: str) -> InvalidArgumentError:
+    """Triton's message for a request's offset / byte size outside a region."""
+    part = "offset" if error.part == "offset" else "offset + byte size"
+    return InvalidArgumentError(f"Invalid {part} for shared memory region: '{region_name}'")
+
+
+class SystemSharedMemoryRegion:
+    """A registered system region (``name``) over ``[offset, offset + byte_size)`` of ``key``."""
+
+    kind = "system"
+
+    def __init__(self, name: str, native: SystemRegion) -> None:
+        self.name = name
+        self._native = native
+
+    @property
+    def key(self) -> str:
+        return self._native.key
+
+    @property
+    def offset(self) -> int:
+        return self._native.offset
+
+    @property
+    def byte_size(self) -> int:
+        return self._native.byte_size
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "key": self.key,
+            "offset": self.offset,
+            "byte_size": self.byte_size,
+        }
+
+    def check(self, offset: int, byte_size: int) -> None:
+        """InvalidArgumentError unless the range lies inside the region."""
+        try:
+            self._native.check(offset, byte_size)
+        except RegionRangeError as exc:
+            raise range_error(exc, self.name) from None
+
+    def read(self, offset: int, byte_size: int) -> Buffer:
+        """The range's bytes as a read-only zero-copy view (which keeps the region mapped)."""
+        try:
+            return memoryview(self._native.view(offset, byte_size))
+        except RegionRangeError as exc:
+            raise range_error(exc, self.name) from None
+
+    def write(self, offset: int, byte_size: int, data: Buffer) -> None:
+        """Copy ``data`` into the range; OutputTooLargeError when it exceeds ``byte_size``."""
+        try:
+            self._native.write(offset, byte_size, data)
+        except RegionRangeError as exc:
+            raise range_error(exc, self.name) from None
+
+
+def open_system_region(
+    name: str, key: str, offset: int, byte_size: int
+) -> SystemSharedMemoryRegion:
+    """Map the region a client registers; Triton's errors when it cannot be."""
+    try:
+        native = SystemRegion.open(key, offset, byte_size)
+    except RegionOpenError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise InternalError(f"Unable to open shared memory region: '{key}': {reason}") from None
+    except RegionRangeError as exc:
+        if exc.part == "byte size":
+            detail = "byte_size must be greater than 0"
+        else:
+            detail = (
+                f"offset {offset} and byte_size {byte_size} do not lie within the object's "
+                f"{exc.extent} bytes"
+            )
+        raise InternalError(f"Invalid shared memory region: '{key}': {detail}") from None
+    except RegionMapError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise InternalError(f"Unable to map shared memory region: '{key}': {reason}") from None
+    except ValueError as exc:
+        raise InvalidArgumentError(f"Invalid shared memory key: {exc}") from None
+    return SystemSharedMemoryRegion(name, native)
+
+
+__all__ = ["OutputTooLargeError", "SystemSharedMemoryRegion", "open_system_region", "range_error"]

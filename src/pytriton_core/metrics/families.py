@@ -1,0 +1,358 @@
+"""Every metric family the server exposes, defined once: name, type, HELP text, group, and
+how its samples are read. Names, types, HELP texts and labels are Triton's.
+
+Per-model families read a model's ``ModelStatistics`` (the counters the statistics
+extension reports: one source of truth) and carry the labels ``model`` and ``version``;
+durations are the statistics' nanoseconds in whole microseconds. Server families read the
+``SystemSnapshot`` the CPU and GPU collectors refresh every ``--metrics-interval-ms``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from pytriton_core.core.model import Model
+from pytriton_core.core.statistics import (
+    FIRST_RESPONSE_HISTOGRAM,
+    FailureReason,
+    Histogram,
+    LatencySummaries,
+    SlidingSummary,
+)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class Kind(enum.Enum):
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    SUMMARY = "summary"
+    HISTOGRAM = "histogram"
+
+
+class Group(enum.Enum):
+    """What turns a family on (see ``enabled_groups``)."""
+
+    INFERENCE = "inference"  # always, with metrics on
+    COUNTER_LATENCIES = "counter_latencies"  # --metrics-config counter_latencies (default on)
+    SUMMARY_LATENCIES = "summary_latencies"  # --metrics-config summary_latencies
+    HISTOGRAM_LATENCIES = "histogram_latencies"  # --metrics-config histogram_latencies
+    PINNED = "pinned"  # the host staging pool, with metrics on
+    GPU = "gpu"  # --allow-gpu-metrics, and NVML found a GPU
+    CPU = "cpu"  # --allow-cpu-metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One line of the exposition: ``<family><suffix>{labels} value``."""
+
+    labels: Labels
+    value: float
+    suffix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    uuid: str
+    utilization: float  # 0.0 - 1.0
+    memory_total_bytes: int
+    memory_used_bytes: int
+    power_usage_w: float
+    power_limit_w: float
+    energy_j: float  # since the server started
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSnapshot:
+    cpu_utilization: float = 0.0
+    cpu_memory_total_bytes: int = 0
+    cpu_memory_used_bytes: int = 0
+    gpus: tuple[GpuReading, ...] = ()
+    pinned_total_bytes: int = 0  # 0: no pinned pool (staging falls back to pageable memory)
+    pinned_used_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadContext:
+    """What a reader needs beyond the model: the summary quantiles and the time."""
+
+    quantiles: Sequence[float]
+    now_ns: int
+
+
+ModelReader = Callable[[Model, ReadContext], Iterable[Sample]]
+SystemReader = Callable[[SystemSnapshot], Iterable[Sample]]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kind: Kind
+    help: str
+    group: Group
+    per_model: ModelReader | None = None  # samples without the model/version labels
+    system: SystemReader | None = None
+
+
+def _one(value: float) -> Iterable[Sample]:
+    return (Sample((), value),)
+
+
+def _us(ns: int) -> int:
+    return ns // 1000
+
+
+def _failures(model: Model, context: ReadContext) -> Iterable[Sample]:
+    return (
+        Sample((("reason", reason.value),), model.stats.failures[reason])
+        for reason in FailureReason
+    )
+
+
+def summary_samples(
+    summary: SlidingSummary | None, quantiles: Sequence[float], now_ns: int
+) -> Iterable[Sample]:
+    if summary is None:
+        return ()
+    values = summary.quantiles(quantiles, now_ns)
+    return (
+        Sample((), summary.count, "_count"),
+        Sample((), summary.sum, "_sum"),
+        *(Sample((("quantile", _number(q)),), v) for q, v in zip(quantiles, values, strict=True)),
+    )
+
+
+def histogram_samples(histogram: Histogram | None) -> Iterable[Sample]:
+    if histogram is None:
+        return ()
+    bounds = [*(_number(b) for b in histogram.bounds), "+Inf"]
+    return (
+        Sample((), histogram.count, "_count"),
+        Sample((), histogram.sum, "_sum"),
+        *(
+            Sample((("le", bound),), count, "_bucket")
+            for bound, count in zip(bounds, histogram.cumulative(), strict=True)
+        ),
+    )
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _summary(pick: Callable[[LatencySummaries], SlidingSummary]) -> ModelReader:
+    def read(model: Model, context: ReadContext) -> Iterable[Sample]:
+        summaries = model.stats.summaries
+        if summaries is None:
+            return ()
+        return summary_samples(pick(summaries), context.quantiles, context.now_ns)
+
+    return read
+
+
+def _gpu(read: Callable[[GpuReading], float]) -> SystemReader:
+    return lambda snapshot: (Sample((("gpu_uuid", g.uuid),), read(g)) for g in snapshot.gpus)
+
+
+_I, _C, _S, _H = (
+    Group.INFERENCE,
+    Group.COUNTER_LATENCIES,
+    Group.SUMMARY_LATENCIES,
+    Group.HISTOGRAM_LATENCIES,
+)
+
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        "nv_inference_request_success",
+        Kind.COUNTER,
+        "Number of successful inference requests, all batch sizes",
+        _I,
+        per_model=lambda m, c: _one(m.stats.success.count),
+    ),
+    Family(
+        "nv_inference_request_failure",
+        Kind.COUNTER,
+        "Number of failed inference requests, all batch sizes",
+        _I,
+        per_model=_failures,
+    ),
+    Family(
+        "nv_inference_count",
+        Kind.COUNTER,
+        "Number of inferences performed (does not include cached requests)",
+        _I,
+        per_model=lambda m, c: _one(m.stats.inference_count),
+    ),
+    Family(
+        "nv_inference_exec_count",
+        Kind.COUNTER,
+        "Number of model executions performed (does not include cached requests)",
+        _I,
+        per_model=lambda m, c: _one(m.stats.execution_count),
+    ),
+    Family(
+        "nv_inference_request_duration_us",
+        Kind.COUNTER,
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+        _C,
+        per_model=lambda m, c: _one(_us(m.stats.success.ns)),
+    ),
+    Family(
+        "nv_inference_queue_duration_us",
+        Kind.COUNTER,
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+        _C,
+        per_model=lambda m, c: _one(_us(m.stats.queue.ns)),
+    ),
+    Family(
+        "nv_inference_compute_input_duration_us",
+        Kind.COUNTER,
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        _C,
+        per_model=lambda m, c: _one(_us(m.stats.compute_input.ns)),
+    ),
+    Family(
+        "nv_inference_compute_infer_duration_us",
+        Kind.COUNTER,
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        _C,
+        per_model=lambda m, c: _one(_us(m.stats.compute_infer.ns)),
+    ),
+    Family(
+        "nv_inference_compute_output_duration_us",
+        Kind.COUNTER,
+        "Cumulative inference compute output duration in microseconds (does not include "
+        "cached requests)",
+        _C,
+        per_model=lambda m, c: _one(_us(m.stats.compute_output.ns)),
+    ),
+    Family(
+        "nv_inference_pending_request_count",
+        Kind.GAUGE,
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        _I,
+        per_model=lambda m, c: _one(m.pending_request_count()),
+    ),
+    Family(
+        "nv_inference_request_summary_us",
+        Kind.SUMMARY,
+        "Summary of inference request duration in microseconds (includes cached requests)",
+        _S,
+        per_model=_summary(lambda s: s.request),
+    ),
+    Family(
+        "nv_inference_queue_summary_us",
+        Kind.SUMMARY,
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+        _S,
+        per_model=_summary(lambda s: s.queue),
+    ),
+    Family(
+        "nv_inference_compute_input_summary_us",
+        Kind.SUMMARY,
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        _S,
+        per_model=_summary(lambda s: s.compute_input),
+    ),
+    Family(
+        "nv_inference_compute_infer_summary_us",
+        Kind.SUMMARY,
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        _S,
+        per_model=_summary(lambda s: s.compute_infer),
+    ),
+    Family(
+        "nv_inference_compute_output_summary_us",
+        Kind.SUMMARY,
+        "Cumulative inference compute output duration in microseconds (does not include "
+        "cached requests)",
+        _S,
+        per_model=_summary(lambda s: s.compute_output),
+    ),
+    Family(
+        FIRST_RESPONSE_HISTOGRAM,
+        Kind.HISTOGRAM,
+        "Duration from request to first response in milliseconds",
+        _H,
+        per_model=lambda m, c: histogram_samples(m.stats.first_response),
+    ),
+    Family(
+        "nv_pinned_memory_pool_total_bytes",
+        Kind.GAUGE,
+        "Pinned memory pool total memory size, in bytes",
+        Group.PINNED,
+        system=lambda s: _one(s.pinned_total_bytes),
+    ),
+    Family(
+        "nv_pinned_memory_pool_used_bytes",
+        Kind.GAUGE,
+        "Pinned memory pool used memory size, in bytes",
+        Group.PINNED,
+        system=lambda s: _one(s.pinned_used_bytes),
+    ),
+    Family(
+        "nv_gpu_utilization",
+        Kind.GAUGE,
+        "GPU utilization rate [0.0 - 1.0)",
+        Group.GPU,
+        system=_gpu(lambda g: g.utilization),
+    ),
+    Family(
+        "nv_gpu_memory_total_bytes",
+        Kind.GAUGE,
+        "GPU total memory, in bytes",
+        Group.GPU,
+        system=_gpu(lambda g: g.memory_total_bytes),
+    ),
+    Family(
+        "nv_gpu_memory_used_bytes",
+        Kind.GAUGE,
+        "GPU used memory, in bytes",
+        Group.GPU,
+        system=_gpu(lambda g: g.memory_used_bytes),
+    ),
+    Family(
+        "nv_gpu_power_usage",
+        Kind.GAUGE,
+        "GPU power usage in watts",
+        Group.GPU,
+        system=_gpu(lambda g: g.power_usage_w),
+    ),
+    Family(
+        "nv_gpu_power_limit",
+        Kind.GAUGE,
+        "GPU power management limit in watts",
+        Group.GPU,
+        system=_gpu(lambda g: g.power_limit_w),
+    ),
+    Family(
+        "nv_energy_consumption",
+        Kind.COUNTER,
+        "GPU energy consumption in joules since the Triton Server started",
+        Group.GPU,
+        system=_gpu(lambda g: g.energy_j),
+    ),
+    Family(
+        "nv_cpu_utilization",
+        Kind.GAUGE,
+        "CPU utilization rate [0.0 - 1.0]",
+        Group.CPU,
+        system=lambda s: _one(s.cpu_utilization),
+    ),
+    Family(
+        "nv_cpu_memory_total_bytes",
+        Kind.GAUGE,
+        "CPU total memory (RAM), in bytes",
+        Group.CPU,
+        system=lambda s: _one(s.cpu_memory_total_bytes),
+    ),
+    Family(
+        "nv_cpu_memory_used_bytes",
+        Kind.GAUGE,
+        "CPU used memory (RAM), in bytes",
+        Group.CPU,
+        system=lambda s: _one(s.cpu_memory_used_bytes),
+    ),
+)

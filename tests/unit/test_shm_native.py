@@ -1,0 +1,245 @@
+"""The compiled shared-memory extension: range checks, mapping, views, copies, lifetime.
+
+The oracle is plain arithmetic on Python ints (which cannot overflow) and the bytes a
+``multiprocessing.shared_memory`` object (the client side) holds.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import uuid
+import weakref
+from collections.abc import Iterator
+from multiprocessing import shared_memory
+
+import numpy as np
+import pytest
+
+from pytriton_core._native import shm
+
+U64 = 2**64 - 1
+OBJECT_SIZE = 3 * 4096 + 100
+
+
+@pytest.fixture
+def client_object() -> Iterator[shared_memory.SharedMemory]:
+    """A client's POSIX shared-memory object, removed afterwards."""
+    obj = shared_memory.SharedMemory(
+        f"/pt_unit_{uuid.uuid4().hex[:12]}", create=True, size=OBJECT_SIZE
+    )
+    try:
+        yield obj
+    finally:
+        obj.close()
+        obj.unlink()
+
+
+def key_of(obj: shared_memory.SharedMemory) -> str:
+    return "/" + obj.name.lstrip("/")
+
+
+def expected_part(extent: int, offset: int, size: int) -> str | None:
+    """What check_range must say, by unbounded integer arithmetic."""
+    if offset < 0 or offset > U64 or offset > extent:
+        return "offset"
+    if size < 0 or size > U64 or offset + size > extent:
+        return "offset + byte size"
+    return None
+
+
+EDGES = [0, 1, 7, 8, 9, 2**32, 2**63 - 1, 2**63, U64 - 1, U64, U64 + 1, 2**65, -1, -(2**63)]
+
+
+@pytest.mark.parametrize("extent", [0, 8, 2**32, U64])
+def test_check_range_matches_unbounded_arithmetic(extent: int) -> None:
+    for offset, size in itertools.product(EDGES, EDGES):
+        part = expected_part(extent, offset, size)
+        if part is None:
+            shm.check_range(extent, offset, size)
+            continue
+        with pytest.raises(shm.RegionRangeError) as info:
+            shm.check_range(extent, offset, size)
+        assert info.value.part == part, (extent, offset, size)
+
+
+def test_check_range_never_wraps_around() -> None:
+    # offset + size wraps to 7 in uint64: a naive "offset + size <= extent" would pass it.
+    with pytest.raises(shm.RegionRangeError):
+        shm.check_range(16, 8, U64)
+    with pytest.raises(shm.RegionRangeError):
+        shm.check_range(U64, U64, 1)
+    shm.check_range(U64, U64, 0)
+
+
+def test_check_range_refuses_non_integers_and_bad_extents() -> None:
+    with pytest.raises(TypeError):
+        shm.check_range(8, 1.5, 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        shm.check_range(8, 0, "4")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        shm.check_range(-1, 0, 0)
+    with pytest.raises(ValueError):
+        shm.check_range(U64 + 1, 0, 0)
+
+
+def test_open_maps_the_range_at_any_offset(client_object: shared_memory.SharedMemory) -> None:
+    client_object.buf[:] = bytes(i % 251 for i in range(OBJECT_SIZE))
+    for offset in (0, 1, 4095, 4096, 4097, OBJECT_SIZE - 1):
+        size = OBJECT_SIZE - offset
+        region = shm.SystemRegion.open(key_of(client_object), offset, size)
+        assert (region.key, region.offset, region.byte_size) == (
+            key_of(client_object),
+            offset,
+            size,
+        )
+        assert bytes(region.view(0, size)) == bytes(client_object.buf[offset:])
+        assert region.backed()
+
+
+@pytest.mark.parametrize(
+    ("offset", "size", "part"),
+    [
+        (0, OBJECT_SIZE + 1, "offset + byte size"),
+        (OBJECT_SIZE, 1, "offset + byte size"),
+        (OBJECT_SIZE + 1, 1, "offset"),
+        (8, U64, "offset + byte size"),  # offset + size wraps around
+        (U64, 2, "offset"),
+        (-1, 4, "offset"),
+        (0, -4, "offset + byte size"),
+        (2**64, 1, "offset"),
+        (0, 0, "byte size"),
+    ],
+)
+def test_open_refuses_ranges_outside_the_object(
+    client_object: shared_memory.SharedMemory, offset: int, size: int, part: str
+) -> None:
+    with pytest.raises(shm.RegionRangeError) as info:
+        shm.SystemRegion.open(key_of(client_object), offset, size)
+    assert info.value.part == part
+
+
+@pytest.mark.parametrize("key", ["/pt_unit_no_such_object", "bad/key/with/slashes"])
+def test_open_refuses_keys_that_cannot_be_opened(key: str) -> None:
+    with pytest.raises(shm.RegionOpenError) as info:
+        shm.SystemRegion.open(key, 0, 8)
+    assert info.value.errno != 0
+
+
+@pytest.mark.parametrize("key", ["", "/with\0nul"])
+def test_open_refuses_malformed_keys(key: str) -> None:
+    with pytest.raises(ValueError):
+        shm.SystemRegion.open(key, 0, 8)
+
+
+def test_regions_are_not_constructible() -> None:
+    with pytest.raises(TypeError):
+        shm.SystemRegion()
+    with pytest.raises(TypeError):
+        shm.RegionView()
+
+
+def test_views_are_zero_copy_and_read_only(client_object: shared_memory.SharedMemory) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 4096, 64)
+    array = np.frombuffer(region.view(8, 16), np.float32)
+    assert not array.flags.writeable
+    client_object.buf[4096 + 8 : 4096 + 24] = np.arange(4, dtype=np.float32).tobytes()
+    assert array.tolist() == [0.0, 1.0, 2.0, 3.0]  # sees the client's later writes
+    assert array.ctypes.data == region.address + 8
+    with pytest.raises(TypeError):
+        memoryview(region.view(0, 4))[0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        np.frombuffer(region.view(0, 4), np.uint8)[0] = 1
+
+
+@pytest.mark.parametrize(
+    ("offset", "size"), [(0, 65), (64, 1), (65, 0), (-1, 1), (1, -1), (8, U64)]
+)
+def test_views_and_writes_check_their_range(
+    client_object: shared_memory.SharedMemory, offset: int, size: int
+) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 100, 64)
+    for use in (region.check, region.view, lambda o, s: region.write(o, s, b"")):
+        with pytest.raises(shm.RegionRangeError):
+            use(offset, size)
+
+
+def test_write_copies_into_the_client_region(client_object: shared_memory.SharedMemory) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 4000, 8192 + 16)
+    data = np.arange(2048, dtype=np.float32)  # crosses page boundaries of the object
+    assert region.write(16, data.nbytes, data) == data.nbytes
+    assert np.array_equal(np.frombuffer(client_object.buf[4016 : 4016 + 8192], np.float32), data)
+    assert region.write(0, 100, b"abc") == 3  # smaller than reserved: fine
+    assert bytes(client_object.buf[4000:4003]) == b"abc"
+
+
+def test_large_writes_release_the_gil_and_still_copy(
+    client_object: shared_memory.SharedMemory,
+) -> None:
+    big = shared_memory.SharedMemory(
+        f"/pt_unit_big_{uuid.uuid4().hex[:8]}", create=True, size=4 << 20
+    )
+    try:
+        region = shm.SystemRegion.open(key_of(big), 0, 4 << 20)
+        data = np.random.default_rng(0).integers(0, 255, 4 << 20, dtype=np.uint8)
+        region.write(0, 4 << 20, data)
+        assert bytes(big.buf) == data.tobytes()
+        del region
+    finally:
+        big.close()
+        big.unlink()
+
+
+def test_write_refuses_data_larger_than_reserved(client_object: shared_memory.SharedMemory) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 0, 64)
+    before = bytes(client_object.buf[:64])
+    with pytest.raises(shm.OutputTooLargeError) as info:
+        region.write(0, 8, b"x" * 9)
+    assert (info.value.needed, info.value.byte_size) == (9, 8)
+    assert bytes(client_object.buf[:64]) == before
+
+
+def test_write_handles_a_source_overlapping_the_destination(
+    client_object: shared_memory.SharedMemory,
+) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 0, 64)
+    client_object.buf[:16] = bytes(range(16))
+    source = np.frombuffer(region.view(0, 16), np.uint8)
+    region.write(4, 16, source)  # memmove semantics
+    assert bytes(client_object.buf[4:20]) == bytes(range(16))
+
+
+def test_write_refuses_non_contiguous_data(client_object: shared_memory.SharedMemory) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 0, 64)
+    with pytest.raises(BufferError):
+        region.write(0, 64, memoryview(np.arange(8, dtype=np.uint8)[::2]))
+
+
+def test_a_shrunk_object_is_refused_not_touched(client_object: shared_memory.SharedMemory) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 4096, 4096)
+    import os
+
+    fd = os.open(f"/dev/shm/{key_of(client_object).lstrip('/')}", os.O_RDWR)
+    try:
+        os.ftruncate(fd, 4096)  # the client shrinks it under the mapping
+    finally:
+        os.close(fd)
+    assert not region.backed()
+    with pytest.raises(shm.RegionRangeError):
+        region.view(0, 8)
+    with pytest.raises(shm.RegionRangeError):
+        region.write(0, 8, b"x")
+
+
+def test_the_mapping_lives_as_long_as_any_view(client_object: shared_memory.SharedMemory) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 0, 64)
+    alive = weakref.ref(region)
+    client_object.buf[:4] = b"\x01\x02\x03\x04"
+    array = np.frombuffer(region.view(0, 4), np.uint8)
+    del region
+    gc.collect()
+    assert alive() is not None  # the array keeps its view, the view keeps the region
+    assert array.tolist() == [1, 2, 3, 4]
+    del array
+    gc.collect()
+    assert alive() is None  # unmapped with the last reference
