@@ -21,6 +21,7 @@ from pytriton_core.backends.base import InstanceSpec, ModelLocation
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.core.model import Model, ModelState
 from pytriton_core.core.statistics import ModelStatistics
+from pytriton_core.devices import visible_gpu_ids
 from pytriton_core.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -66,6 +67,7 @@ class ModelManager:
         self._status: dict[str, dict[int | None, _VersionStatus]] = {}
         self._known: dict[str, Path] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._gpu_ids = visible_gpu_ids()
         self._fingerprints: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._override_dirs: dict[str, OverrideDirectory] = {}
 
@@ -334,7 +336,7 @@ class ModelManager:
             backend.auto_complete_config(
                 config, self._location(name, model_dir, max(available), config)
             )
-        model_config.normalize_config(config)
+        model_config.normalize_config(config, gpu_ids=self._gpu_ids)
         model_config.validate_config(config)
         versions = model_config.select_versions(config, available)
         return config, model_config.config_to_json_dict(config), versions
