@@ -14,7 +14,8 @@ Modules, by responsibility: ``cli`` (options), ``environment`` (installs into .c
 ``toolbox`` (finds the installed tools), ``servers`` (start/stop, /proc accounting),
 ``procstats`` (CPU time and RSS of a process tree), ``payloads`` (model repositories and request
 bodies), ``clients`` (perf_analyzer, wrk, the Python load generator), ``scenarios`` (presets),
-``raw_backend`` (the model's execute in a loop), ``runner`` (orchestration), ``results``
-(CSV/JSON), ``report`` (Markdown), ``plots`` (PNG); ``peers/`` holds the Python peers' model
-code, run in their own venvs.
+``raw_backend`` (the model's execute in a loop), ``frameworks`` (the framework backends' MLP,
+and the raw framework at the batch sizes served; ``backends.py`` is a command over it),
+``runner`` (orchestration), ``results`` (CSV/JSON), ``report`` (Markdown), ``plots`` (PNG);
+``peers/`` holds the Python peers' model code, run in their own venvs.
 """

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import environment, toolbox
-from bench.scenarios import PRESETS
+from bench.scenarios import PRESETS, Preset, select
 from bench.toolbox import SERVER_KEYS
 
 MIN_WINDOWS = 3
@@ -28,6 +28,25 @@ def _servers(text: str) -> tuple[str, ...]:
             f"servers are a comma-separated list of {', '.join(SERVER_KEYS)}"
         )
     return tuple(key for key in SERVER_KEYS if key in names)
+
+
+def _scenarios(text: str) -> tuple[str, ...]:
+    patterns = tuple(word.strip() for word in text.split(",") if word.strip())
+    if not patterns:
+        raise argparse.ArgumentTypeError("a comma-separated list of parts of scenario keys")
+    return patterns
+
+
+def _preset(args: argparse.Namespace) -> Preset:
+    """The chosen preset, less the scenarios ``--scenarios`` leaves out."""
+    preset = PRESETS[args.preset]
+    if args.scenarios is None:
+        return preset
+    chosen = select(preset, args.scenarios)
+    if not chosen.scenarios:
+        keys = ", ".join(s.key for s in preset.scenarios)
+        raise SystemExit(f"--scenarios matches none of the {preset.name} preset's: {keys}")
+    return chosen
 
 
 def _windows(text: str) -> int:
@@ -53,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_servers,
         default=SERVER_KEYS,
         help=f"comma-separated, from {','.join(SERVER_KEYS)} (default: all)",
+    )
+    parser.add_argument(
+        "--scenarios",
+        type=_scenarios,
+        help="comma-separated; run only the preset's scenarios whose key contains one of them "
+        "(e.g. mlp, or 16-grpc,1Mi-grpc); the keys are in docs/benchmarks.md",
     )
     parser.add_argument(
         "--out", type=Path, help="results folder (default: .cache/bench-results/<UTC time>)"
@@ -95,9 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "%Y%m%d-%H%M%S", time.gmtime()
     )
     out = out.resolve()
+    preset = _preset(args)
     if not args.no_install:
         try:
-            python = environment.install(args.servers, args.http_client)
+            python = environment.install(
+                args.servers,
+                args.http_client,
+                frameworks=any(s.backend for s in preset.scenarios),
+            )
         except environment.InstallError as error:
             print(f"bench: {error}", file=sys.stderr)
             return 2
@@ -114,7 +144,7 @@ def run(args: argparse.Namespace, out: Path) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     options = RunOptions(
-        preset=PRESETS[args.preset],
+        preset=_preset(args),
         servers=args.servers,
         out=out,
         windows=args.windows,

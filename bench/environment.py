@@ -8,6 +8,9 @@ the bench inside its own venv.
 - ``$REAL_TRITON_HOME`` (default ~/.cache/real-triton): the real Triton, by
   ../shared/tools/real-triton/setup.sh, when that tool is there.
 - ``wrk``: Debian's package, with apt-get, when running as root.
+- the framework scenarios' onnx, onnxruntime and torch, into the bench venv (torch from the
+  PyTorch CPU index where it is reachable: the CPU build, not the CUDA one), only for a preset
+  that has them.
 - ``.cache/bench-peers/kserve``: a venv of its own for the KServe peer (its dependencies stay
   apart from the server under test).
 
@@ -22,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 import venv
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +41,11 @@ from bench.toolbox import (
 )
 
 BENCH_REQUIREMENTS = ("matplotlib>=3.7", "tritonclient[http,grpc]>=2.50")
+# pyproject.toml's [onnxruntime] and [torch] extras (a separate step: the project is not rebuilt)
+FRAMEWORK_REQUIREMENTS = ("onnx>=1.15", "onnxruntime>=1.17", "torch>=2.1")
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH_PIN = "torch==2.13.0"  # as pyproject.toml's test extra
+FRAMEWORKS_STAMP = ".bench-frameworks"
 FINGERPRINT_FILE = ".bench-fingerprint"
 COMMAND_ENV = "PYTRITON_BENCH_COMMAND"  # the command as typed, for the report
 PIP_TIMEOUT_S = 1800
@@ -110,6 +119,36 @@ def ensure_bench_venv(log: Path) -> Path:
     return python
 
 
+def ensure_frameworks(python: Path, log: Path) -> None:
+    stamp = BENCH_VENV / FRAMEWORKS_STAMP
+    wanted = "\n".join(FRAMEWORK_REQUIREMENTS)
+    if stamp.exists() and stamp.read_text() == wanted:
+        return
+    say("installing onnx, onnxruntime and torch into the bench venv (minutes)")
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # Probed first: pip retries an unreachable index for every package it resolves.
+    requirements = list(FRAMEWORK_REQUIREMENTS)
+    if _reachable(TORCH_CPU_INDEX):
+        pip += ["--extra-index-url", TORCH_CPU_INDEX]
+    else:
+        # The default index serves a multi-GB CUDA build of any newer torch; the test extra's
+        # pin is the CPU build these machines keep on local disk.
+        requirements = [r for r in requirements if not r.startswith("torch")] + [TORCH_PIN]
+        say(f"{TORCH_CPU_INDEX} is unreachable: installing {TORCH_PIN} from the default index")
+    if _run([*pip, *requirements], log):
+        stamp.write_text(wanted)
+    else:
+        say(f"the frameworks could not be installed (see {log}); their rows will be skipped")
+
+
+def _reachable(url: str, timeout_s: float = 10.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):
+        return False
+
+
 def ensure_perf_analyzer(log: Path) -> None:
     if not _run(["bash", str(PERF_ANALYZER_INSTALLER)], log):
         say(f"perf_analyzer could not be installed (see {log}); its rows will be skipped")
@@ -152,11 +191,14 @@ def ensure_kserve(log: Path) -> None:
         say(f"{KSERVE_REQUIREMENT} could not be installed (see {log}); its rows will be skipped")
 
 
-def install(servers: Sequence[str], http_client: str) -> Path:
-    """Install everything a run of ``servers`` needs; returns the bench venv's python."""
+def install(servers: Sequence[str], http_client: str, *, frameworks: bool) -> Path:
+    """Install everything a run of ``servers`` (with ``frameworks`` scenarios or not) needs;
+    returns the bench venv's python."""
     BENCH_VENV.parent.mkdir(parents=True, exist_ok=True)
     log = BENCH_VENV.parent / "bench-install.log"
     python = ensure_bench_venv(log)
+    if frameworks:
+        ensure_frameworks(python, log)
     ensure_perf_analyzer(log)
     if "triton" in servers:
         ensure_real_triton(log)

@@ -188,6 +188,7 @@ def _best(results: RunResults, server: str, dynamic_batching: bool) -> Measureme
         for m in results.measurements
         if m.server == server
         and m.has_figures
+        and m.scenario.backend is None
         and m.scenario.elements == SMALL
         and m.scenario.protocol == HTTP_BINARY
         and m.scenario.dynamic_batching == dynamic_batching
@@ -221,12 +222,61 @@ def raw_table(results: RunResults) -> list[str]:
     return lines
 
 
+def framework_table(results: RunResults, notes: _Notes) -> list[str]:
+    """Served vs the raw framework, per framework measurement of pytriton-core."""
+    rows = [m for m in results.measurements if m.scenario.backend and m.server == OURS]
+    if not rows:
+        return []
+    lines = [
+        "### Framework backends: served vs raw",
+        "",
+        "Served: pytriton-core's figure from the table above. Raw: the framework's own call in "
+        "a loop in the bench's process (same intra-op threads, no server), at each batch size "
+        "the server formed during those windows (its statistics, `batch_stats`), weighted as "
+        "the server ran them: rows ÷ the raw time of the same batches.",
+        "",
+        "| scenario | client | conc | served inf/s | avg batch | raw inf/s, same batches | "
+        "served/raw | batches formed (size:count) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    windows = int(results.info.get("windows", 3))
+    for m in rows:
+        cells = [m.scenario.title, _client_text(m, windows), str(m.concurrency)]
+        missing = _cell_missing(m, notes)
+        if missing is not None:
+            lines.append("| " + " | ".join([*cells, missing, "—", "—", "—", "—"]) + " |")
+            continue
+        raw = m.raw.inf_per_s if m.raw else None
+        cells += [
+            _number(m.median("throughput")),
+            _number(m.average_batch(), 2),
+            _number(raw),
+            _ratio(m.served_vs_raw()),
+            m.raw.formed() if m.raw else "—",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def render(results: RunResults, plots: Iterable[str] = PLOTS, image_dir: str = ".") -> str:
     info = results.info
     notes = _Notes()
     throughput = throughput_table(results, notes)
     cost = cost_table(results, notes)
     memory = memory_table(results, notes)
+    framework = framework_table(results, notes)
+    identity_raw: list[str] = []
+    if results.raw or any(m.scenario.backend is None for m in results.measurements):
+        identity_raw = [
+            "### Served vs raw backend",
+            "",
+            "Raw: the identity model's `execute()` called in a loop in-process with pb_utils "
+            "requests (pytriton-core's pb_utils), no server. Served: the best [16] HTTP-binary "
+            "figure, without dynamic batching for batch 1, with it for larger batches.",
+            "",
+            *raw_table(results),
+            "",
+        ]
     load = info.get("load_average_start"), info.get("load_average_end")
     lines = [
         f"## Results: {info.get('preset')} preset, {info.get('started_at')}",
@@ -252,14 +302,8 @@ def render(results: RunResults, plots: Iterable[str] = PLOTS, image_dir: str = "
         "",
         *memory,
         "",
-        "### Served vs raw backend",
-        "",
-        "Raw: the model's `execute()` called in a loop in-process with pb_utils requests "
-        "(pytriton-core's pb_utils), no server. Served: the best [16] HTTP-binary figure, "
-        "without dynamic batching for batch 1, with it for larger batches.",
-        "",
-        *raw_table(results),
-        "",
+        *identity_raw,
+        *framework,
     ]
     plot_list = list(plots)
     if plot_list:

@@ -2,7 +2,8 @@
 
 Every figure is the median over a measurement's windows. Ratios compare a server with the real
 Triton and with the Python peer measured in the same run, for the same scenario, client and
-concurrency: ``throughput ratio`` = this server's / the other's (above 1: faster), ``p50
+concurrency (a framework scenario's measurement also carries its served/raw ratio, see
+bench.frameworks): ``throughput ratio`` = this server's / the other's (above 1: faster), ``p50
 ratio`` = this server's median latency / the other's (below 1: quicker); each is the median of
 the per-window ratios (see :meth:`RunResults.ratio`).
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.clients.base import Window
+from bench.frameworks import RawMix
 from bench.raw_backend import RawResult
 from bench.scenarios import Scenario
 from bench.servers import KSERVE, LABELS, TRITON
@@ -39,6 +41,8 @@ class Measurement:
     windows: list[Window] = field(default_factory=list)
     peak_rss_bytes: int | None = None  # the server's VmHWM after this measurement
     problems: dict[str, list[str]] = field(default_factory=dict)  # message -> window names
+    batches: dict[int, int] = field(default_factory=dict)  # batch size -> executions, all windows
+    raw: RawMix | None = None  # framework scenarios: the raw framework on the same batches
 
     def note(self, window: str, message: str) -> None:
         """Record what went wrong in ``window``; ``reason`` lists every distinct message."""
@@ -75,6 +79,11 @@ class Measurement:
         requests = sum(w.server_requests or 0 for w in self.windows)
         executions = sum(w.server_executions or 0 for w in self.windows)
         return requests / executions if executions else None
+
+    def served_vs_raw(self) -> float | None:
+        served = self.median("throughput")
+        raw = self.raw.inf_per_s if self.raw else None
+        return served / raw if served and raw else None
 
     def errors(self) -> int:
         return sum(w.errors for w in self.windows)
@@ -176,6 +185,9 @@ CSV_COLUMNS = (
     "p50_vs_kserve",
     "cpu_us_per_request",
     "average_batch",
+    "raw_infer_per_s",
+    "served_vs_raw",
+    "batches_formed",
     "errors",
     "peak_rss_mib",
     "throughput_per_window",
@@ -214,6 +226,9 @@ def measurement_record(results: RunResults, measurement: Measurement) -> dict[st
         "p50_vs_kserve": _round(results.ratio(measurement, KSERVE, "p50_us")),
         "cpu_us_per_request": _round(summary["cpu_us_per_request"], 1),
         "average_batch": _round(summary["average_batch"], 2),
+        "raw_infer_per_s": _round(measurement.raw.inf_per_s, 1) if measurement.raw else None,
+        "served_vs_raw": _round(measurement.served_vs_raw()),
+        "batches_formed": measurement.raw.formed() if measurement.raw else None,
         "errors": summary["errors"],
         "peak_rss_mib": _round(summary["peak_rss_mib"], 1),
         "throughput_per_window": ";".join(f"{w.throughput:.1f}" for w in measurement.windows),
@@ -236,6 +251,11 @@ def to_json(results: RunResults) -> dict[str, Any]:
         record.pop("throughput_per_window")
         record["title"] = measurement.scenario.title
         record["elements"] = measurement.scenario.elements
+        record["backend"] = measurement.scenario.backend
+        if measurement.raw is not None:
+            record["raw_infer_per_s_by_batch_size"] = {
+                str(size): _round(rate, 1) for size, rate in measurement.raw.raw_by_size.items()
+            }
         record["window_list"] = [
             {
                 key: _round(value) if isinstance(value, float) else value

@@ -1,5 +1,9 @@
 """Runs a preset: the raw backend, then each repository phase with its servers side by side.
 
+The phases: the identity model as shipped, the identity model with dynamic batching, then the
+framework backends' MLPs (pytriton-core only: the other servers have no such backends here),
+followed by the raw framework on the batches each framework measurement formed.
+
 All selected servers of a phase run at once (idle ones cost next to nothing) and the windows
 are interleaved: window 1 of every server, then window 2 of every server, and so on. On a
 shared, noisy machine a burst of background load then hits all servers alike, which keeps the
@@ -20,13 +24,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench import frameworks
 from bench.clients.base import ClientError, Window
 from bench.clients.http_target import HttpTarget, verify
 from bench.clients.perf_analyzer import PerfAnalyzer, PerfAnalyzerRun
 from bench.clients.pyload import PythonLoad
 from bench.clients.wrk import Wrk
 from bench.environment import COMMAND_ENV
-from bench.payloads import HttpBody, http_body, prepare_repository
+from bench.payloads import INPUT_NAME, MODEL_NAME, HttpBody, http_body, prepare_repository
 from bench.raw_backend import measure_raw
 from bench.results import FAILED, OK, PARTIAL, SKIPPED, Measurement, RunResults, ServerRun
 from bench.scenarios import (
@@ -44,6 +49,8 @@ from bench.servers import (
     KSERVE,
     KSERVE_NO_BATCHER,
     LABELS,
+    OURS,
+    TRITON,
     RunningServer,
     ServerStartError,
     run_server,
@@ -54,6 +61,11 @@ from bench.toolbox import REPO_ROOT, Toolbox
 HTTP_PROTOCOLS = (HTTP_BINARY, HTTP_JSON)
 LOOPBACK = "127.0.0.1"
 WARMUP_S = 1
+RAW_SECONDS_PER_BATCH_SIZE = 0.5  # framework scenarios: raw loop time per batch size formed
+NO_FRAMEWORK_BACKENDS = {
+    TRITON: "the real Triton's PyPI build (nvidia-pytriton) has no onnxruntime or pytorch backend",
+    KSERVE: "the KServe peer serves only the identity model (bench/peers)",
+}
 IDLE_PROBE_S, IDLE_CPU, IDLE_WAIT_S = 0.1, 0.2, 20.0
 
 
@@ -86,6 +98,7 @@ class Runner:
             self.perf_analyzer = PerfAnalyzer(tools.perf_analyzer.path)
         self.http_load, self.http_load_note = self._pick_http_load()
         self.results = RunResults(info={})
+        self._unavailable: dict[str, str] = {}  # framework backend -> why not
         self._done = 0
         self._planned = sum(
             len(s.clients) * len(s.concurrencies) * len(options.servers)
@@ -108,11 +121,19 @@ class Runner:
         self.results.info = self._info(started)
         if self.http_load_note:
             self.results.notes.append(f"HTTP load generator: {self.http_load_note}")
-        self._measure_raw()
+        identity = [s for s in self.options.preset.scenarios if s.backend is None]
+        if identity:
+            self._measure_raw()
         for batching in (False, True):
-            scenarios = [s for s in self.options.preset.scenarios if s.dynamic_batching == batching]
+            scenarios = [s for s in identity if s.dynamic_batching == batching]
             if scenarios:
-                self._phase(batching, scenarios)
+                tag = "dynamic-batching" if batching else "default"
+                repository = prepare_repository(self.work, dynamic_batching=batching)
+                skipped = {KSERVE: KSERVE_NO_BATCHER} if batching else {}
+                self._phase(tag, repository, scenarios, (MODEL_NAME,), skipped)
+        framework = [s for s in self.options.preset.scenarios if s.backend is not None]
+        if framework:
+            self._frameworks_phase(framework)
         self.results.info["duration_s"] = round(time.time() - started, 1)
         self.results.info["load_average_end"] = _load_average()
         return self.results
@@ -127,9 +148,60 @@ class Runner:
         except Exception as error:  # the rest of the run does not depend on it
             self.results.notes.append(f"raw backend not measured: {type(error).__name__}: {error}")
 
-    def _phase(self, batching: bool, scenarios: list[Scenario]) -> None:
-        tag = "dynamic-batching" if batching else "default"
-        repository = prepare_repository(self.work, dynamic_batching=batching)
+    def _frameworks_phase(self, scenarios: list[Scenario]) -> None:
+        backends = list(dict.fromkeys(s.backend for s in scenarios if s.backend))
+        for backend in backends:
+            reason = frameworks.missing(backend)
+            if reason:
+                self._unavailable[backend] = reason
+        available = [b for b in backends if b not in self._unavailable]
+        skipped = dict(NO_FRAMEWORK_BACKENDS)
+        folder = self.work / "repo-frameworks"
+        repository = folder / "repository"
+        if available:
+            log(f"building the framework models: {', '.join(available)}")
+            try:
+                repository = frameworks.build_repository(folder, available)
+            except Exception as error:
+                for backend in available:
+                    self._unavailable[backend] = f"the model was not built: {error}"
+                available = []
+        if not available:
+            skipped[OURS] = "; ".join(sorted(set(self._unavailable.values())))
+        models = tuple(frameworks.MODELS[b].name for b in available)
+        self._phase("frameworks", repository, scenarios, models, skipped)
+        for backend in available:
+            rows = [
+                m
+                for m in self.results.measurements
+                if m.server == OURS and m.scenario.backend == backend and m.has_figures
+            ]
+            if not rows:
+                continue
+            log(f"raw {backend}: the framework in a loop at the batch sizes the server formed")
+            try:
+                mixes = frameworks.raw_mixes(
+                    backend,
+                    repository,
+                    [m.batches for m in rows],
+                    seconds_per_size=RAW_SECONDS_PER_BATCH_SIZE,
+                )
+            except Exception as error:  # the served figures stand without it
+                self.results.notes.append(
+                    f"raw {backend} not measured: {type(error).__name__}: {error}"
+                )
+                continue
+            for row, mix in zip(rows, mixes, strict=True):
+                row.raw = mix
+
+    def _phase(
+        self,
+        tag: str,
+        repository: Path,
+        scenarios: list[Scenario],
+        models: tuple[str, ...],
+        skipped: dict[str, str],
+    ) -> None:
         with contextlib.ExitStack() as stack:
             running: dict[str, RunningServer] = {}
             runs: dict[str, ServerRun] = {}
@@ -137,16 +209,14 @@ class Runner:
                 run = ServerRun(key, tag)
                 runs[key] = run
                 self.results.servers.append(run)
-                reason = unavailable_reason(key, self.tools)
-                if batching and key == KSERVE:
-                    reason = KSERVE_NO_BATCHER
+                reason = skipped.get(key) or unavailable_reason(key, self.tools)
                 if reason:
                     run.status, run.reason = SKIPPED, reason
                     continue
                 log(f"starting {LABELS[key]} ({tag} repository)")
                 try:
                     server = stack.enter_context(
-                        run_server(key, repository, self.tools, self.logs, tag)
+                        run_server(key, repository, self.tools, self.logs, tag, models)
                     )
                 except ServerStartError as error:
                     run.status, run.reason = FAILED, str(error).splitlines()[0]
@@ -169,7 +239,7 @@ class Runner:
         self, scenario: Scenario, running: dict[str, RunningServer], runs: dict[str, ServerRun]
     ) -> None:
         payload, body_file = None, None
-        if scenario.protocol in HTTP_PROTOCOLS:
+        if scenario.protocol in HTTP_PROTOCOLS and scenario.backend is None:
             payload = http_body(scenario.elements, binary=scenario.protocol == HTTP_BINARY)
             body_file = self.work / f"body-{scenario.key}.bin"
             body_file.write_bytes(payload.body)
@@ -229,6 +299,8 @@ class Runner:
     ) -> str | None:
         if key not in running:
             return runs[key].reason or f"{LABELS[key]} is not running"
+        if scenario.backend in self._unavailable:
+            return self._unavailable[scenario.backend]
         capabilities = running[key].capabilities
         if client == PERF_ANALYZER:
             if self.perf_analyzer is None:
@@ -237,6 +309,8 @@ class Runner:
                 return capabilities.perf_analyzer
         elif scenario.protocol not in HTTP_PROTOCOLS:
             return f"the HTTP load generator does not speak {scenario.protocol}"
+        elif scenario.backend is not None:
+            return "the HTTP load generator sends the identity model's request only"
         if scenario.protocol == GRPC and capabilities.grpc:
             return capabilities.grpc
         if scenario.protocol == SHM_SYSTEM and capabilities.system_shared_memory:
@@ -253,6 +327,10 @@ class Runner:
             concurrency=concurrency,
             window_ms=scenario.pa_window_ms,
             shared_memory="system" if scenario.protocol == SHM_SYSTEM else "none",
+            model=_model_name(scenario),
+            input_name=frameworks.MODELS[scenario.backend].input
+            if scenario.backend
+            else INPUT_NAME,
         )
 
     def _window_function(
@@ -301,7 +379,9 @@ class Runner:
             )
             for key, row in rows.items()
         }
-        if client == HTTP_LOAD:
+        # perf_analyzer has no warm-up of its own; a framework's first calls are slow (the
+        # TorchScript executor profiles and optimizes each new batch shape).
+        if client == HTTP_LOAD or scenario.backend is not None:
             for key, row in rows.items():
                 self._window(row, running[key], measure[key], "warmup", record=False)
         for index in range(self.options.windows):
@@ -332,7 +412,8 @@ class Runner:
             )
             return
         label = f"{row.server}-{row.scenario.key}-{row.client}-c{row.concurrency}-{name}"
-        counts_before = server.counts()
+        model = _model_name(row.scenario)
+        counts_before = server.counts(model)
         cpu_before = server.sample().cpu_s
         try:
             window = measure(label)
@@ -351,13 +432,15 @@ class Runner:
             return
         if not record:
             return
-        counts_after = server.counts()
+        counts_after = server.counts(model)
         served = executions = None
         cpu_s = cpu_window_end - cpu_before  # per the client's count of requests
         if counts_before is not None and counts_after is not None:
             # The server's own count includes the requests that finished after the window.
-            served = counts_after[0] - counts_before[0]
-            executions = counts_after[1] - counts_before[1]
+            counts = counts_after.since(counts_before)
+            served, executions = counts.requests, counts.executions
+            for size, count in counts.batches.items():
+                row.batches[size] = row.batches.get(size, 0) + count
             cpu_s = server.sample().cpu_s - cpu_before
         row.windows.append(
             dataclasses.replace(
@@ -398,6 +481,10 @@ class Runner:
             "perf_analyzer": self.perf_analyzer.version if self.perf_analyzer else None,
             "http_load_generator": f"{self.http_load.name} {self.http_load.version}",
         }
+
+
+def _model_name(scenario: Scenario) -> str:
+    return frameworks.MODELS[scenario.backend].name if scenario.backend else MODEL_NAME
 
 
 def _wait_until_idle(server: RunningServer) -> None:

@@ -4,10 +4,14 @@ A scenario is one request shape sent one way (HTTP with JSON tensors, HTTP with 
 tensors, gRPC, or system shared memory), at a list of concurrencies, through one or both client
 kinds, with the model's dynamic batcher on or off. Shapes are [1, N] FP32 (batch 1 of the
 identity model's [-1] input), so inferences per second = requests per second.
+
+A framework scenario (``backend`` set) sends the same kind of request to an MLP served by one
+of pytriton-core's framework backends (bench.frameworks) instead of the identity model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 HTTP_BINARY = "http-binary"
@@ -20,6 +24,15 @@ PERF_ANALYZER = "perf_analyzer"
 HTTP_LOAD = "http-load"  # the common HTTP load generator: wrk, or the Python one without wrk
 
 SMALL, LARGE = 16, 1 << 20
+
+# The framework scenarios' MLP (bench.frameworks): FP32, in -> hidden -> out features.
+MLP_IN_FEATURES, MLP_HIDDEN, MLP_OUT_FEATURES = 256, 1024, 256
+ONNX, TORCHSCRIPT = "onnxruntime", "pytorch"  # the backends, as bench.frameworks.MODELS names them
+# backend -> (scenario key prefix, title prefix)
+FRAMEWORK_LABELS = {
+    ONNX: ("onnx-mlp", "ONNX MLP"),
+    TORCHSCRIPT: ("torchscript-mlp", "TorchScript MLP"),
+}
 
 
 def shape_label(elements: int) -> str:
@@ -39,16 +52,19 @@ class Scenario:
     dynamic_batching: bool = False
     http_window_s: int = 1  # one window of the HTTP load generator (wrk takes whole seconds)
     pa_window_ms: int = 500  # one perf_analyzer measurement (-p); a run takes 3 of them
+    backend: str | None = None  # a framework backend's MLP instead of the identity model
 
     @property
     def key(self) -> str:
         batching = "-dynbatch" if self.dynamic_batching else ""
-        return f"{shape_label(self.elements)}-{self.protocol}{batching}"
+        model = f"{FRAMEWORK_LABELS[self.backend][0]}-" if self.backend else ""
+        return f"{model}{shape_label(self.elements)}-{self.protocol}{batching}"
 
     @property
     def title(self) -> str:
         batching = " +dyn. batching" if self.dynamic_batching else ""
-        return f"[{shape_label(self.elements)}] {self.protocol}{batching}"
+        model = f"{FRAMEWORK_LABELS[self.backend][1]} " if self.backend else ""
+        return f"{model}[{shape_label(self.elements)}] {self.protocol}{batching}"
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,18 @@ DEFAULT = Preset(
         Scenario(LARGE, SHM_SYSTEM, (1, 8), (PERF_ANALYZER,), pa_window_ms=1000),
         # The batcher only matters with requests in flight together.
         Scenario(SMALL, HTTP_BINARY, (8, 64), _BOTH, dynamic_batching=True),
+        # Framework backends (pytriton-core only), served vs the framework's raw loop.
+        *(
+            Scenario(
+                MLP_IN_FEATURES,
+                HTTP_BINARY,
+                (1, 16),
+                (PERF_ANALYZER,),
+                dynamic_batching=True,
+                backend=backend,
+            )
+            for backend in (ONNX, TORCHSCRIPT)
+        ),
     ),
     raw_batch_sizes=(1, 8),
     raw_window_s=1.0,
@@ -89,3 +117,9 @@ QUICK = Preset(
 )
 
 PRESETS = {preset.name: preset for preset in (DEFAULT, QUICK)}
+
+
+def select(preset: Preset, patterns: tuple[str, ...]) -> Preset:
+    """``preset`` with only the scenarios whose key contains one of ``patterns``."""
+    kept = tuple(s for s in preset.scenarios if any(p in s.key for p in patterns))
+    return dataclasses.replace(preset, scenarios=kept)

@@ -51,6 +51,25 @@ class Capabilities:
     statistics: bool  # the statistics extension: the server's own request/execution counts
 
 
+@dataclass(frozen=True)
+class ModelCounts:
+    """One model's statistics so far: successful requests, executions, executions by batch size."""
+
+    requests: int
+    executions: int
+    batches: dict[int, int]
+
+    def since(self, before: ModelCounts) -> ModelCounts:
+        batches = {
+            size: count - before.batches.get(size, 0) for size, count in self.batches.items()
+        }
+        return ModelCounts(
+            self.requests - before.requests,
+            self.executions - before.executions,
+            {size: count for size, count in batches.items() if count},
+        )
+
+
 @dataclass
 class RunningServer:
     key: str
@@ -80,16 +99,23 @@ class RunningServer:
     def sample(self) -> procstats.TreeSample:
         return procstats.sample_tree(self.process.pid)
 
-    def counts(self) -> tuple[int, int] | None:
-        """(requests, executions) for the model so far, from the statistics extension."""
+    def counts(self, model: str = MODEL_NAME) -> ModelCounts | None:
+        """``model``'s counts so far, from the statistics extension."""
         if not self.capabilities.statistics:
             return None
-        status, body = http_get(self.http_url, f"/v2/models/{MODEL_NAME}/stats")
+        status, body = http_get(self.http_url, f"/v2/models/{model}/stats")
         if status != 200:
             return None
         try:
             stats = json.loads(body)["model_stats"][0]
-            return int(stats["inference_stats"]["success"]["count"]), int(stats["execution_count"])
+            return ModelCounts(
+                requests=int(stats["inference_stats"]["success"]["count"]),
+                executions=int(stats["execution_count"]),
+                batches={
+                    int(entry["batch_size"]): int(entry["compute_infer"]["count"])
+                    for entry in stats.get("batch_stats") or []
+                },
+            )
         except (KeyError, IndexError, TypeError, ValueError):
             return None
 
@@ -246,9 +272,16 @@ def _capabilities(key: str, server: RunningServer) -> Capabilities:
 
 @contextlib.contextmanager
 def run_server(
-    key: str, repository: Path, tools: Toolbox, log_dir: Path, tag: str
+    key: str,
+    repository: Path,
+    tools: Toolbox,
+    log_dir: Path,
+    tag: str,
+    models: tuple[str, ...] = (MODEL_NAME,),
 ) -> Iterator[RunningServer]:
-    """Start server ``key`` on ``repository``; stop it (its whole process group) at the end."""
+    """Start server ``key`` on ``repository``; stop it (its whole process group) at the end.
+
+    It is ready when it and each of ``models`` say so."""
     http_port, grpc_port = free_ports(2)
     if key == OURS:
         command = _ours_command(repository, http_port, grpc_port)
@@ -273,7 +306,7 @@ def run_server(
         )
     server = RunningServer(key, "?", process, http_port, grpc_port, log_path, 0.0)
     try:
-        _wait_until_ready(server)
+        _wait_until_ready(server, models)
         server.started_s = time.monotonic() - launched
         server.version = _version(key, server, tools)
         server.capabilities = _capabilities(key, server)
@@ -282,7 +315,7 @@ def run_server(
         stop(server.process)
 
 
-def _wait_until_ready(server: RunningServer) -> None:
+def _wait_until_ready(server: RunningServer, models: tuple[str, ...]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         if server.process.poll() is not None:
@@ -291,7 +324,9 @@ def _wait_until_ready(server: RunningServer) -> None:
                 f"{server.log_tail()}"
             )
         ready = http_get(server.http_url, "/v2/health/ready", timeout=2)[0] == 200
-        if ready and http_get(server.http_url, f"/v2/models/{MODEL_NAME}/ready")[0] == 200:
+        if ready and all(
+            http_get(server.http_url, f"/v2/models/{model}/ready")[0] == 200 for model in models
+        ):
             return
         if time.monotonic() > deadline:
             raise ServerStartError(

@@ -46,6 +46,8 @@ class PerfAnalyzerRun:
     concurrency: int
     window_ms: int  # -p: one of perf_analyzer's measurement windows
     shared_memory: str = "none"  # "none" or "system"
+    model: str = MODEL_NAME
+    input_name: str = INPUT_NAME  # its one input, [elements] per request
 
 
 class PerfAnalyzer:
@@ -67,13 +69,13 @@ class PerfAnalyzer:
         command = [
             str(self.path),
             "-m",
-            MODEL_NAME,
+            run.model,
             "-i",
             run.protocol,
             "-u",
             run.url,
             "--shape",
-            f"{INPUT_NAME}:{run.elements}",
+            f"{run.input_name}:{run.elements}",
             "--concurrency-range",
             f"{run.concurrency}:{run.concurrency}",
             "-p",

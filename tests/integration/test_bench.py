@@ -231,3 +231,27 @@ def test_ratios_are_medians_of_paired_windows() -> None:
     results = RunResults(info={}, measurements=[ours, triton])
     assert results.ratio(ours, "triton", "throughput") == pytest.approx(2.0)
     assert results.ratio(ours, "kserve", "throughput") is None
+
+
+def test_served_vs_raw_weighs_the_batches_served() -> None:
+    from bench.frameworks import RawMix
+
+    # 10 batches of 1 at 1000 inf/s (10 ms) + 5 batches of 4 at 4000 inf/s (5 ms): 30 rows.
+    mix = RawMix({1: 10, 4: 5}, {1: 1000.0, 4: 4000.0})
+    assert mix.rows == 30
+    assert mix.average_batch == pytest.approx(2.0)
+    assert mix.inf_per_s == pytest.approx(30 / 0.015)
+    assert mix.formed() == "1:10 4:5"
+    assert RawMix({}, {}).inf_per_s is None
+
+
+def test_scenarios_are_selected_by_key() -> None:
+    from bench.scenarios import DEFAULT, select
+
+    framework = select(DEFAULT, ("mlp",)).scenarios
+    assert [s.key for s in framework] == [
+        "onnx-mlp-256-http-binary-dynbatch",
+        "torchscript-mlp-256-http-binary-dynbatch",
+    ]
+    assert all(s.backend and s.dynamic_batching for s in framework)
+    assert not select(DEFAULT, ("no-such-scenario",)).scenarios

@@ -1,0 +1,252 @@
+"""The framework-backend models, and their raw throughput at the batch sizes a server formed.
+
+One MLP (``Y = relu(X @ W1 + b1) @ W2 + b2``, FP32, 256 -> 1024 -> 256), built on the spot by
+tests/integration/framework_models.py (the tests' builder, imported from there: one
+implementation), as an ONNX graph (onnxruntime backend), a TorchScript module (pytorch backend)
+or an OpenVINO IR (openvino backend). Each is served with ``dynamic_batching {}``,
+``max_batch_size`` 16, one CPU instance, and the framework's intra-op threads set to
+``threads`` (1 by default: the other core of a 2-core machine is left to the server and the
+client).
+
+"Raw" is the framework's own call in a plain loop in this process (no server, no sockets), with
+the same thread setting, at each batch size the server formed (the model's statistics,
+``batch_stats``): the raw throughput for a run is its rows divided by the raw time of the same
+batches, and served/raw the share of the framework's own speed the server delivers. Used by the
+framework scenarios of ``python -m bench`` and by ``bench/backends.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import textwrap
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from bench.scenarios import MLP_HIDDEN, MLP_IN_FEATURES, MLP_OUT_FEATURES
+from bench.toolbox import REPO_ROOT
+
+FRAMEWORK_MODELS_FILE = REPO_ROOT / "tests" / "integration" / "framework_models.py"
+MAX_BATCH_SIZE = 16
+THREADS = 1
+RAW_ROUNDS = 5
+RAW_WARMUP_CALLS = 20
+
+
+@dataclass(frozen=True)
+class FrameworkModel:
+    backend: str  # the model configuration's backend
+    name: str  # the model's name in the repository
+    input: str
+    output: str
+    thread_parameter: str  # the backend's parameter for its intra-op thread count
+    modules: tuple[str, ...]  # what must be importable to build and serve it
+
+
+MODELS = {
+    model.backend: model
+    for model in (
+        FrameworkModel(
+            "onnxruntime", "onnx_mlp", "X", "Y", "intra_op_thread_count", ("onnx", "onnxruntime")
+        ),
+        FrameworkModel(
+            "pytorch", "torch_mlp", "INPUT__0", "OUTPUT__0", "INTRA_OP_THREAD_COUNT", ("torch",)
+        ),
+        FrameworkModel(
+            "openvino", "openvino_mlp", "X", "Y", "INFERENCE_NUM_THREADS", ("onnx", "openvino")
+        ),
+    )
+}
+
+
+def framework_models() -> ModuleType:
+    """tests/integration/framework_models.py (the tests import it as ``framework_models``)."""
+    module = sys.modules.get("framework_models")
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location("framework_models", FRAMEWORK_MODELS_FILE)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot import {FRAMEWORK_MODELS_FILE}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["framework_models"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def mlp_size() -> Any:
+    return framework_models().MlpSize(MLP_IN_FEATURES, MLP_HIDDEN, MLP_OUT_FEATURES)
+
+
+def missing(backend: str) -> str | None:
+    """Why this interpreter (and so the server it starts) cannot build or serve the model."""
+    absent = [name for name in MODELS[backend].modules if importlib.util.find_spec(name) is None]
+    if absent:
+        return f"{', '.join(absent)} not installed in {sys.executable}"
+    return None
+
+
+def _config(model: FrameworkModel, threads: int, io: str = "") -> str:
+    threads_line = (
+        f'parameters {{ key: "{model.thread_parameter}" value: {{ string_value: "{threads}" }} }}\n'
+        if threads
+        else ""
+    )
+    return (
+        f'backend: "{model.backend}"\nmax_batch_size: {MAX_BATCH_SIZE}\n'
+        "dynamic_batching { }\ninstance_group [ { count: 1, kind: KIND_CPU } ]\n"
+        + io
+        + threads_line
+    )
+
+
+def build_repository(folder: Path, backends: Iterable[str], threads: int = THREADS) -> Path:
+    """A fresh model repository under ``folder`` with the MLP for each of ``backends``."""
+    fm, size = framework_models(), mlp_size()
+    if folder.exists():
+        shutil.rmtree(folder)
+    repository = folder / "repository"
+    repository.mkdir(parents=True)
+    backends = list(backends)
+    onnx_file = None
+    if "onnxruntime" in backends or "openvino" in backends:
+        onnx_file = fm.write_onnx_mlp(folder / "source" / "model.onnx", size)
+    for backend in backends:
+        model = MODELS[backend]
+        target = repository / model.name
+        io = ""
+        if backend == "onnxruntime":
+            assert onnx_file is not None
+            (target / "1").mkdir(parents=True)
+            shutil.copyfile(onnx_file, target / "1" / "model.onnx")
+        elif backend == "pytorch":
+            with warnings.catch_warnings():  # torch 2.10+: "torch.jit.script is deprecated"
+                warnings.simplefilter("ignore", FutureWarning)
+                fm.write_torch_mlp(target / "1" / "model.pt", size)
+            io = textwrap.dedent(
+                f"""\
+                input [ {{ name: "{model.input}" data_type: TYPE_FP32 dims: [ {size.in_features} ] }} ]
+                output [ {{ name: "{model.output}" data_type: TYPE_FP32 dims: [ {size.out_features} ] }} ]
+                """  # noqa: E501
+            )
+        else:
+            assert onnx_file is not None
+            fm.write_openvino_mlp(onnx_file, target / "1" / "model.xml")
+        (target / "config.pbtxt").write_text(_config(model, threads, io))
+    return repository
+
+
+def raw_runner(backend: str, repository: Path, threads: int = THREADS) -> Callable[[Any], Any]:
+    """The framework's own call on a batch, with the options the served model has."""
+    model = MODELS[backend]
+    model_dir = repository / model.name / "1"
+    if backend == "onnxruntime":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        session = ort.InferenceSession(str(model_dir / "model.onnx"), options)
+        return lambda x: session.run([model.output], {model.input: x})
+    if backend == "pytorch":
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        with warnings.catch_warnings():  # torch 2.10+: "torch.jit.load is deprecated"
+            warnings.simplefilter("ignore", FutureWarning)
+            module = torch.jit.load(str(model_dir / "model.pt"))  # type: ignore[no-untyped-call]
+        module.eval()
+
+        def run(x: Any) -> Any:
+            with torch.inference_mode():
+                return module(torch.from_numpy(x)).numpy()
+
+        return run
+    import openvino as ov
+
+    properties = {"INFERENCE_NUM_THREADS": str(threads)} if threads else {}
+    compiled = ov.Core().compile_model(str(model_dir / "model.xml"), "CPU", properties)
+    request = compiled.create_infer_request()
+    return lambda x: request.infer({model.input: x}, share_inputs=True, share_outputs=False)
+
+
+def raw_throughputs(
+    run: Callable[[Any], Any], sizes: Iterable[int], seconds: float, rounds: int = RAW_ROUNDS
+) -> dict[int, float]:
+    """Inferences/s of ``run`` in a loop, per batch size: the best of ``rounds`` windows of
+    ``seconds / rounds`` each.
+
+    Rounds go over every size in turn, so a burst of other work on the machine spoils one
+    window of several sizes rather than every window of one; the best window is the one
+    least disturbed (so served/raw errs low).
+    """
+    rng = np.random.default_rng(0)
+    batches = {n: rng.standard_normal((n, MLP_IN_FEATURES), np.float32) for n in sorted(sizes)}
+    for x in batches.values():
+        for _ in range(RAW_WARMUP_CALLS):
+            run(x)
+    rates: dict[int, list[float]] = {n: [] for n in batches}
+    for _ in range(rounds):
+        for n, x in batches.items():
+            calls, start = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds / rounds:
+                run(x)
+                calls += 1
+            rates[n].append(calls * n / elapsed)
+    return {n: max(r) for n, r in rates.items()}
+
+
+@dataclass(frozen=True)
+class RawMix:
+    """The raw framework's throughput on the batches a served run executed."""
+
+    batches: Mapping[int, int]  # batch size -> executions the server ran
+    raw_by_size: Mapping[int, float]  # batch size -> raw inferences/s
+
+    @property
+    def rows(self) -> int:
+        return sum(size * count for size, count in self.batches.items())
+
+    @property
+    def average_batch(self) -> float | None:
+        executions = sum(self.batches.values())
+        return self.rows / executions if executions else None
+
+    @property
+    def inf_per_s(self) -> float | None:
+        seconds = sum(count * size / self.raw_by_size[size] for size, count in self.batches.items())
+        return self.rows / seconds if seconds else None
+
+    def formed(self) -> str:
+        """ "size:count ..." of the batches formed."""
+        return " ".join(f"{size}:{count}" for size, count in sorted(self.batches.items()))
+
+
+def raw_mixes(
+    backend: str,
+    repository: Path,
+    runs: list[Mapping[int, int]],
+    *,
+    seconds_per_size: float,
+    threads: int = THREADS,
+) -> list[RawMix]:
+    """For each served run's batches (size -> executions), the raw throughput on them; every
+    batch size is measured once, for all runs."""
+    runs = [{size: count for size, count in batches.items() if count} for batches in runs]
+    sizes = sorted({size for batches in runs for size in batches})
+    raw_by_size = (
+        raw_throughputs(raw_runner(backend, repository, threads), sizes, seconds_per_size)
+        if sizes
+        else {}
+    )
+    return [
+        RawMix(dict(sorted(batches.items())), {size: raw_by_size[size] for size in batches})
+        for batches in runs
+    ]
