@@ -13,6 +13,8 @@ from pytriton_core.errors import InternalError
 from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
 from pytriton_core.logging_settings import LogControl
+from pytriton_core.memory import SharedMemoryManager
+from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.metrics import MetricsEndpoint, MetricsReporter
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
@@ -57,9 +59,17 @@ class ServerRuntime:
         loop = asyncio.get_running_loop()
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
         set_metric_registry(self.metric_registry)  # before any model creates its families
-        manager = ModelManager(self.options, BackendRegistry(), loop)
+        staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
+        manager = ModelManager(self.options, BackendRegistry(), loop, host_staging=staging)
+        shared_memory = SharedMemoryManager(
+            allow_client=self.options.memory.allow_client_shm, staging=staging
+        )
         self._service = InferenceService(
-            self.options, manager, tracer=self._tracer, log_control=self.log_control
+            self.options,
+            manager,
+            shared_memory,
+            tracer=self._tracer,
+            log_control=self.log_control,
         )
         failed = await manager.load_startup_models()
         if failed and self.options.exit_on_error:

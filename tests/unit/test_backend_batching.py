@@ -24,6 +24,7 @@ from pytriton_core.core.request import InferenceRequest, RequestedOutput
 from pytriton_core.core.statistics import ComputeTiming
 from pytriton_core.core.tensor import Tensor
 from pytriton_core.errors import InternalError, ModelConfigError
+from pytriton_core.memory.pinned import StagingPool
 
 FP32 = types.BY_WIRE_NAME["FP32"]
 BYTES = types.BY_WIRE_NAME["BYTES"]
@@ -82,6 +83,26 @@ def test_batch_is_gathered_run_once_and_scattered() -> None:
         # reshape {shape: []}: the model's per-item scalar is dims [1] to clients.
         assert b.shape == (x.shape[0], 1)
         np.testing.assert_array_equal(b.data[:, 0], x.sum(axis=1))
+
+
+def test_gpu_instances_gather_into_the_staging_pool() -> None:
+    # Without a GPU the staging pool is pageable; its accounting shows the batch came from it.
+    staging = StagingPool(1 << 20)
+    runner = BatchRunner(ModelIO.from_config_json(_config()), "m", staging=staging)
+    seen: list[np.ndarray] = []
+
+    def run(batch: Batch) -> Mapping[str, np.ndarray]:
+        seen.append(batch.inputs["X"])
+        assert staging.stats()["pageable"]["in_use_bytes"] > 0
+        return _model(batch)
+
+    requests = [_request(1, 0), _request(3, 10)]
+    responses = runner.execute(requests, ComputeTiming(), run)
+    np.testing.assert_array_equal(seen[0], np.concatenate([r.inputs["X"].data for r in requests]))
+    assert seen[0].flags.c_contiguous and seen[0].dtype == np.float32
+    assert all(response.error is None for response in responses)
+    seen.clear()  # the last reference to the batch: its buffer goes back to the pool
+    assert staging.stats()["pageable"]["in_use_bytes"] == 0
 
 
 def test_batch_of_one_is_handed_over_without_copy() -> None:

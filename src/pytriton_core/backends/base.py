@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.memory.pinned import StagingPool
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class ModelLocation:
     backend_config: Mapping[str, str]  # --backend-config=<this backend>,k=v pairs
     # --backend-config=k=v pairs without a backend (e.g. default-max-batch-size)
     global_backend_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The server's host staging pool (pinned when a GPU is usable): GPU instances gather
+    # their batches into it so the copy to the device runs at full speed.
+    host_staging: StagingPool | None = None
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         """A backend setting: this backend's own value first, else the global one."""

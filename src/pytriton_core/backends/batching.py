@@ -31,6 +31,7 @@ from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
 from pytriton_core.core.tensor import Tensor
 from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.memory.pinned import StagingPool
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +109,19 @@ RunBatch = Callable[[Batch], Mapping[str, np.ndarray]]
 class BatchRunner:
     """Gathers, runs and scatters batches for one backend instance (one worker thread)."""
 
-    def __init__(self, io: ModelIO, model_name: str, pool: BufferPool | None = None) -> None:
+    def __init__(
+        self,
+        io: ModelIO,
+        model_name: str,
+        pool: BufferPool | None = None,
+        staging: StagingPool | None = None,
+    ) -> None:
+        """``staging``: gather into the server's (pinned) staging pool instead of ``pool``,
+        for instances that copy each batch to a GPU."""
         self.io = io
         self._model_name = model_name
         self._pool = pool if pool is not None else BufferPool()
+        self._staging = staging
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming, run: RunBatch
@@ -177,12 +187,22 @@ class BatchRunner:
                     )
                 continue
             parts = [r.inputs[name].data for r in requests]
-            array = gather_batch(parts, pool=self._pool) if len(parts) > 1 else parts[0]
+            array = self._gather(parts) if len(parts) > 1 else parts[0]
             if spec.reshaped:
                 leading = (total,) if io.batching else ()
                 array = _reshape(array, leading, spec.model_shape, name)
             inputs[name] = array
         return Batch(requests, sizes, inputs, self._wanted_outputs(requests))
+
+    def _gather(self, parts: list[np.ndarray]) -> np.ndarray:
+        head = parts[0]
+        if self._staging is None or head.dtype.hasobject:
+            return gather_batch(parts, pool=self._pool)
+        shape = (sum(p.shape[0] for p in parts), *head.shape[1:])
+        nbytes = int(np.prod(shape)) * head.dtype.itemsize
+        # The staged array keeps its (pinned) buffer until the batch is dropped.
+        out = self._staging.acquire(nbytes).view(head.dtype).reshape(shape)
+        return gather_batch(parts, out=out)
 
     def scatter(self, batch: Batch, outputs: Mapping[str, np.ndarray]) -> list[InferenceResponse]:
         """Per-request responses holding views of the outputs each request asked for."""

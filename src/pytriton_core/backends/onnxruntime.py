@@ -242,7 +242,8 @@ class OnnxRuntimeInstance(BackendInstance):
         if shrink:
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrink)
         self._on_gpu = spec.kind == "GPU"
-        self._runner = BatchRunner(model.io, model.location.name)
+        staging = model.location.host_staging if self._on_gpu else None
+        self._runner = BatchRunner(model.io, model.location.name, staging=staging)
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming

@@ -129,7 +129,8 @@ class PyTorchInstance(BackendInstance):
         module.eval()
         self._module = module
         self._dict_input, self._input_order = _input_layout(module, model)
-        self._runner = BatchRunner(model.io, model.location.name)
+        staging = model.location.host_staging if spec.kind == "GPU" else None
+        self._runner = BatchRunner(model.io, model.location.name, staging=staging)
         # OpenMP keeps the thread count per calling thread: set it in this worker thread
         # (create_instance and execute run in it), or torch uses every core here.
         intra = _threads_set.get("INTRA_OP_THREAD_COUNT", 0)

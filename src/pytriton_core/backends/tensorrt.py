@@ -214,7 +214,8 @@ class TensorRtInstance(BackendInstance):
             if t.datatype is not None
         }
         self._profile = 0
-        self._runner = BatchRunner(model.io, name)
+        # TensorRT always runs on the GPU: batches gather into the (pinned) staging pool.
+        self._runner = BatchRunner(model.io, name, staging=model.location.host_staging)
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming

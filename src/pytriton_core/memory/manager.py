@@ -90,10 +90,15 @@ class SharedMemoryManager:
     """Registered client regions (see the module docstring). Thread-safe."""
 
     def __init__(
-        self, *, allow_client: bool, pinned_pool_byte_size: int = DEFAULT_PINNED_POOL_BYTE_SIZE
+        self,
+        *,
+        allow_client: bool,
+        pinned_pool_byte_size: int = DEFAULT_PINNED_POOL_BYTE_SIZE,
+        staging: StagingPool | None = None,
     ) -> None:
         self.allow_client = allow_client
-        self.staging = StagingPool(pinned_pool_byte_size)
+        # One pool per server: the model instances' GPU batch buffers draw from it too.
+        self.staging = staging if staging is not None else StagingPool(pinned_pool_byte_size)
         self._lock = threading.Lock()
         self._regions: dict[str, Region] = {}
 

@@ -28,6 +28,7 @@ from pytriton_core.errors import (
     ServerError,
     UnavailableError,
 )
+from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.overrides import OverrideDirectory
 from pytriton_core.repository.scan import ScanResult, scan_repositories
@@ -58,8 +59,11 @@ class ModelManager:
         options: ServerOptions,
         backends: BackendRegistry,
         loop: asyncio.AbstractEventLoop,
+        *,
+        host_staging: StagingPool | None = None,
     ) -> None:
         self._options = options
+        self._host_staging = host_staging
         self._backends = backends
         self._loop = loop
         self._models: dict[str, dict[int, Model]] = {}
@@ -350,6 +354,7 @@ class ModelManager:
             version_dir=model_dir / str(version),
             backend_config=self._options.backend_settings(backend_name),
             global_backend_config=self._options.backend_settings(""),
+            host_staging=self._host_staging,
         )
 
     def _start_version(
