@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -323,3 +325,23 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
 
 def _print_log(handle: ServerHandle) -> None:
     print(f"----- {handle.name} log ({handle.log_path}) -----\n{handle.log()}", file=sys.stderr)
+
+
+# Datatype -> a test array for the dtype_* identity models; every value survives the round
+# trip exactly.
+DTYPE_CASES: dict[str, np.ndarray] = {
+    "BOOL": np.array([[True, False, True]]),
+    "UINT8": np.array([[0, 1, 255]], np.uint8),
+    "UINT16": np.array([[0, 1, 65535]], np.uint16),
+    "UINT32": np.array([[0, 1, 2**32 - 1]], np.uint32),
+    "UINT64": np.array([[0, 1, 2**64 - 1]], np.uint64),
+    "INT8": np.array([[-128, 0, 127]], np.int8),
+    "INT16": np.array([[-32768, 0, 32767]], np.int16),
+    "INT32": np.array([[-(2**31), 0, 2**31 - 1]], np.int32),
+    "INT64": np.array([[-(2**63), 0, 2**63 - 1]], np.int64),
+    "FP16": np.array([[-1.5, 0.0, 65504.0]], np.float16),
+    "FP32": np.array([[-1.5, 0.0, 3.4028235e38]], np.float32),
+    "FP64": np.array([[-1.5, 0.0, 1e308]], np.float64),
+    "BF16": np.array([[-1.5, 0.0, 256.0]], ml_dtypes.bfloat16),
+    "BYTES": np.array([[b"", b"\x00\xffbinary", "snow \u2603".encode()]], np.object_),
+}

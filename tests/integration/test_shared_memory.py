@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from harness import TEST_MODELS_REPOSITORY, ServerHandle, run_pytriton_server
+from harness import DTYPE_CASES, TEST_MODELS_REPOSITORY, ServerHandle, run_pytriton_server
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
@@ -42,23 +41,6 @@ PROTOCOLS = ("http", "grpc")
 NULL_HANDLE = base64.b64encode(b"\0" * 64)
 Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient
 
-# Datatype -> a test array; every value survives the round trip exactly.
-DTYPE_CASES: dict[str, np.ndarray] = {
-    "BOOL": np.array([[True, False, True]]),
-    "UINT8": np.array([[0, 1, 255]], np.uint8),
-    "UINT16": np.array([[0, 1, 65535]], np.uint16),
-    "UINT32": np.array([[0, 1, 2**32 - 1]], np.uint32),
-    "UINT64": np.array([[0, 1, 2**64 - 1]], np.uint64),
-    "INT8": np.array([[-128, 0, 127]], np.int8),
-    "INT16": np.array([[-32768, 0, 32767]], np.int16),
-    "INT32": np.array([[-(2**31), 0, 2**31 - 1]], np.int32),
-    "INT64": np.array([[-(2**63), 0, 2**63 - 1]], np.int64),
-    "FP16": np.array([[-1.5, 0.0, 65504.0]], np.float16),
-    "FP32": np.array([[-1.5, 0.0, 3.4028235e38]], np.float32),
-    "FP64": np.array([[-1.5, 0.0, 1e308]], np.float64),
-    "BF16": np.array([[-1.5, 0.0, 256.0]], ml_dtypes.bfloat16),
-    "BYTES": np.array([[b"", b"\x00\xffbinary", "snow \u2603".encode()]], np.object_),
-}
 
 # A model that holds its request for a while: the in-flight unregister test.
 SLOW_DELAY_S = 1.5
