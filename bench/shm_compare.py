@@ -93,8 +93,11 @@ def _ready(http_port: int) -> bool:
 
 
 @contextlib.contextmanager
-def serve(server: str, repository: Path, log_dir: Path) -> Iterator[tuple[int, int]]:
-    """Run ``server`` ("ours" or "triton") until the block ends; yields (http, grpc) ports."""
+def serve(
+    server: str, repository: Path, log_dir: Path, extra_flags: tuple[str, ...] = ()
+) -> Iterator[tuple[int, int]]:
+    """Run ``server`` ("ours" or "triton") until the block ends; yields (http, grpc) ports.
+    The repository must hold identity_fp32 (readiness is asked of it)."""
     http_port, grpc_port, metrics_port = _free_ports(3)
     if server == "ours":
         command = [
@@ -108,6 +111,7 @@ def serve(server: str, repository: Path, log_dir: Path) -> Iterator[tuple[int, i
             f"--grpc-port={grpc_port}",
             "--allow-metrics=false",
             "--allow-client-shm=true",
+            *extra_flags,
         ]
     else:
         command = [

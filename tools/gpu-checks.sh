@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's GPU checks, in one go, on a machine with an NVIDIA GPU (a few minutes):
 #
-#   tools/gpu-checks.sh            install what is missing, then run every GPU test
+#   tools/gpu-checks.sh            install what is missing, run every GPU test, then the
+#                                  GPU benchmark (bench.cuda_shm, report under .cache/)
 #   tools/gpu-checks.sh -x -k trt  extra arguments go to pytest
 #
 # Installs the `gpu` extra (onnxruntime-gpu, cupy, tensorrt) only where the machine lacks it,
@@ -9,7 +10,8 @@
 # folder ($GPU_SITE), put first on PYTHONPATH, so nothing installed is replaced or removed.
 # Offline machines: put the wheels in $WHEELS (default .whl/) and they are installed from there.
 # Without the package installed, the compiled extensions are built in place (src/ layout).
-# Environment: PYTHON (default python3), GPU_SITE (default .cache/gpu-site), WHEELS.
+# Environment: PYTHON (default python3), GPU_SITE (default .cache/gpu-site), WHEELS,
+# BENCH_SECONDS (per benchmark mode, default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,4 +67,9 @@ for name in ("torch", "onnxruntime", "cupy", "tensorrt"):
 EOF
 
 # Every GPU test; -rs prints why any test skipped.
-exec "$PYTHON" -m pytest -p no:cacheprovider -rs -v tests/gpu "$@"
+status=0
+"$PYTHON" -m pytest -p no:cacheprovider -rs -v tests/gpu "$@" || status=$?
+
+# The GPU benchmark: CUDA shared memory vs system shm vs the socket, into a GPU model.
+"$PYTHON" -m bench.cuda_shm --seconds "${BENCH_SECONDS:-3}" || status=$?
+exit "$status"

@@ -255,3 +255,22 @@ def test_scenarios_are_selected_by_key() -> None:
     ]
     assert all(s.backend and s.dynamic_batching for s in framework)
     assert not select(DEFAULT, ("no-such-scenario",)).scenarios
+
+
+def test_cuda_shm_bench_runs_its_non_cuda_modes_on_the_cpu(tmp_path: Path) -> None:
+    """bench.cuda_shm runs on GPU machines (tools/gpu-checks.sh); ``--kind cpu`` keeps its
+    socket and system shared-memory modes, the report and the output check running here."""
+    command = [sys.executable, "-m", "bench.cuda_shm", "--kind", "cpu", "--seconds", "0.3"]
+    result = subprocess.run(
+        [*command, "--out", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads((tmp_path / "cuda_shm.json").read_text())
+    assert [r["mode"] for r in rows] == ["http-binary", "grpc", "http-system-shm"]
+    assert all(r["inferences"] > 0 for r in rows)
+    assert "| http-system-shm |" in (tmp_path / "cuda_shm.md").read_text()

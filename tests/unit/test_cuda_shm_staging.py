@@ -1,10 +1,13 @@
-"""The CUDA shared-memory and pinned-staging logic, against a stand-in for cupy.
+"""The CUDA shared-memory, device-batching and pinned-staging logic, against a stand-in for cupy.
 
 No GPU is needed: a fake ``cupy`` module (device memory = host ctypes buffers, IPC handles =
-keys into them, memcpy = memmove, pinned memory = bytearrays) stands in for the calls the
-server makes. What it checks is the server's side: handles opened and closed once (after the
-last request holding the region), ranges checked, one staged copy each way, the pinned pool's
-accounting and its pageable fallback. tests/gpu/test_cuda_shm.py runs the real thing.
+keys into them, memcpy = memmove, pinned memory = bytearrays, a memory pool = counted host
+buffers) stands in for the calls the server makes. What it checks is the server's side:
+handles opened and closed once (after the last request holding the region), ranges checked,
+inputs left on the device until a host consumer reads them (then one staged copy), batches of
+device inputs gathered on the instance's device within the pool's limit, device outputs
+written to regions without a host copy, the pinned pool's accounting and its pageable
+fallback. tests/gpu/ runs the real thing.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ import numpy as np
 import pytest
 
 from pytriton_core import types
-from pytriton_core.core.tensor import Tensor
+from pytriton_core.backends.batching import BatchRunner, ModelIO
+from pytriton_core.core.request import InferenceRequest, RequestedOutput
+from pytriton_core.core.tensor import DeviceTensor, Tensor
 from pytriton_core.errors import InternalError, InvalidArgumentError, ServerError
 from pytriton_core.memory import SharedMemoryManager, ShmReference, StagingPool, cuda_shm
+from pytriton_core.memory.device import DeviceArray, DevicePools
 
 FP32 = types.BY_WIRE_NAME["FP32"]
 
@@ -76,8 +82,48 @@ class FakeCupy(pytypes.ModuleType):
                 fake.pinned_allocations += 1
                 return bytearray(nbytes)
 
+        class OutOfMemoryError(Exception):
+            pass
+
+        class Memory:  # a device allocation (cudaMalloc when made directly)
+            def __init__(self, nbytes: int, pooled: bool = False) -> None:
+                self.buffer = (ctypes.c_char * nbytes)()
+                fake.own_allocations += not pooled
+
+        class MemoryPointer:
+            def __init__(self, memory: Memory, offset: int) -> None:
+                self.mem = memory
+                self.ptr = ctypes.addressof(memory.buffer) + offset
+
+        class MemoryPool:
+            def __init__(self) -> None:
+                self.limit = 0
+                self.used = 0
+
+            def set_limit(self, size: int) -> None:
+                self.limit = size
+
+            def malloc(self, nbytes: int) -> MemoryPointer:
+                if self.used + nbytes > self.limit:
+                    raise OutOfMemoryError(f"{nbytes} bytes over the limit")
+                self.used += nbytes
+                return MemoryPointer(Memory(nbytes, pooled=True), 0)
+
+            def used_bytes(self) -> int:
+                return self.used
+
+            def total_bytes(self) -> int:
+                return self.used
+
+        self.own_allocations = 0
         self.cuda = pytypes.SimpleNamespace(
-            runtime=Runtime, Device=Device, PinnedMemoryPool=PinnedMemoryPool
+            runtime=Runtime,
+            Device=Device,
+            PinnedMemoryPool=PinnedMemoryPool,
+            MemoryPool=MemoryPool,
+            Memory=Memory,
+            MemoryPointer=MemoryPointer,
+            memory=pytypes.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
         )
 
     def allocate(self, handle: bytes, data: bytes) -> Any:
@@ -108,16 +154,21 @@ def test_round_trip_through_a_cuda_region(cupy: FakeCupy) -> None:
     device = cupy.allocate(_handle(1), values.tobytes() + bytes(32))
     manager.register_cuda("c", _handle(1), 0, 64)
     assert manager.status("cuda", None) == [{"name": "c", "device_id": 0, "byte_size": 64}]
-    array = manager.input_array(
+    tensor = manager.input_tensor(
         ShmReference("c", 0, 32), FP32, [1, 8], input_name="i", model_name="m", request_id=""
     )
+    assert isinstance(tensor, DeviceTensor) and tensor.shape == (1, 8)
+    assert tensor.device.pointer == ctypes.addressof(device)  # the region itself: no copy
+    assert not tensor.on_host
+    assert manager.staging.stats()["pinned_in_use_bytes"] == 0
+    array = tensor.data  # a host consumer: one copy, into a pinned staging buffer
     assert array.tolist() == [values.tolist()]
-    assert not array.flags.writeable
+    assert tensor.data is array
     assert manager.staging.stats()["pinned_in_use_bytes"] == 32
     target = manager.output_target("o", ShmReference("c", 32, 32))
     target.write(Tensor("o", FP32, array * 2))
     assert np.frombuffer(bytes(device)[32:], np.float32).tolist() == (values * 2).tolist()
-    del array
+    del array, tensor
     gc.collect()
     assert manager.staging.stats()["pinned_in_use_bytes"] == 0  # the staging buffer went back
 
@@ -132,7 +183,7 @@ def test_cuda_ranges_and_sizes_are_checked(cupy: FakeCupy) -> None:
         (-1, 4, "offset"),
     ):
         with pytest.raises(InvalidArgumentError) as info:
-            manager.input_array(
+            manager.input_tensor(
                 ShmReference("c", offset, size),
                 FP32,
                 [1, 4],
@@ -141,6 +192,14 @@ def test_cuda_ranges_and_sizes_are_checked(cupy: FakeCupy) -> None:
                 request_id="",
             )
         assert info.value.message == f"Invalid {part} for shared memory region: 'c'"
+    with pytest.raises(InvalidArgumentError) as mismatch:
+        manager.input_tensor(
+            ShmReference("c", 0, 12), FP32, [1, 4], input_name="i", model_name="m", request_id=""
+        )
+    assert mismatch.value.message == (
+        "[request id: <id_unknown>] input byte size mismatch for input 'i' for model 'm'. "
+        "Expected 16, got 12"
+    )
     target = manager.output_target("o", ShmReference("c", 0, 8))
     with pytest.raises(InternalError) as too_large:
         target.write(Tensor("o", FP32, np.zeros(4, np.float32)))
@@ -214,3 +273,105 @@ def test_without_cupy_the_pool_is_pageable_and_says_so(
     staged = pool.acquire(100)
     staged[:] = 7
     assert staged.ctypes.data % 4096 == 0
+
+
+def _request(tensor: Tensor, *, to_region: bool = False) -> InferenceRequest:
+    request = InferenceRequest("m", inputs={"INPUT0": tensor})
+    request.requested_outputs = {"OUTPUT0": RequestedOutput("OUTPUT0", 0, to_region)}
+    return request
+
+
+IDENTITY_IO = ModelIO.from_config_json(
+    {
+        "max_batch_size": 8,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["4"]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": ["4"]}],
+    }
+)
+
+
+def test_a_gpu_instance_gathers_device_inputs_on_its_device(cupy: FakeCupy) -> None:
+    manager = SharedMemoryManager(allow_client=True)
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    region = cupy.allocate(_handle(5), values.tobytes())
+    manager.register_cuda("c", _handle(5), 0, values.nbytes)
+    tensors = [
+        manager.input_tensor(
+            ShmReference("c", row * 16, 16),
+            FP32,
+            [1, 4],
+            input_name="INPUT0",
+            model_name="m",
+            request_id="",
+        )
+        for row in range(3)
+    ]
+    pools = DevicePools({0: 1 << 20})
+    runner = BatchRunner(IDENTITY_IO, "m", device_id=0, device_pools=pools)
+
+    single = runner.gather([_request(tensors[0], to_region=True)])
+    assert single.inputs == {}
+    assert single.device_inputs["INPUT0"].pointer == ctypes.addressof(region)  # in place
+    assert single.device_outputs == {"OUTPUT0"}
+
+    batch = runner.gather([_request(t) for t in tensors])
+    gathered = batch.device_inputs["INPUT0"]
+    assert gathered.shape == (3, 4) and batch.device_outputs == frozenset()
+    assert pools.stats()[0]["used_bytes"] == 48  # one pooled buffer, device to device
+    assert gathered.to_host().tolist() == values.tolist()
+    assert not any(t.on_host for t in tensors)  # nothing went through the host
+
+    # A CPU instance reads the same inputs on the host.
+    host_batch = BatchRunner(IDENTITY_IO, "m").gather([_request(t) for t in tensors])
+    assert host_batch.device_inputs == {}
+    assert host_batch.inputs["INPUT0"].tolist() == values.tolist()
+
+
+def test_device_outputs_reach_regions_without_the_host(cupy: FakeCupy) -> None:
+    manager = SharedMemoryManager(allow_client=True)
+    region = cupy.allocate(_handle(6), bytes(48))
+    manager.register_cuda("c", _handle(6), 0, 48)
+    pools = DevicePools({})
+    produced = pools.empty(0, (3, 4), np.dtype(np.float32), manager.staging)
+    source = np.arange(12, dtype=np.float32) * 3
+    ctypes.memmove(produced.pointer, source.ctypes.data, source.nbytes)
+    runner = BatchRunner(IDENTITY_IO, "m", device_id=0, device_pools=pools)
+    requests = [_request(Tensor("INPUT0", FP32, np.zeros((n, 4), np.float32))) for n in (1, 2)]
+    for request, rows in zip(requests, (1, 2), strict=True):
+        request.batch_size = rows
+    batch = runner.gather(requests)
+    responses = runner.scatter(batch, {"OUTPUT0": produced})
+    first, second = (r.outputs[0] for r in responses)
+    assert isinstance(first, DeviceTensor) and isinstance(second, DeviceTensor)
+    assert second.shape == (2, 4)
+    manager.output_target("OUTPUT0", ShmReference("c", 16, 32)).write(second)
+    assert not second.on_host  # device to device
+    assert np.frombuffer(bytes(region)[16:], np.float32).tolist() == source[4:].tolist()
+    assert first.data.tolist() == [source[:4].tolist()]  # a host consumer copies its rows
+
+
+def test_the_cuda_pool_is_bounded_and_falls_back(cupy: FakeCupy) -> None:
+    pools = DevicePools({0: 64})
+    inside = pools.allocate(0, 48)
+    assert cupy.own_allocations == 0
+    outside = pools.allocate(0, 48)  # over the limit: an allocation of its own
+    assert cupy.own_allocations == 1
+    assert pools.stats() == {0: {"limit_bytes": 64, "used_bytes": 48, "total_bytes": 48}}
+    assert pools.limit(1) == 64 << 20  # Triton's default for a GPU not named
+    del inside, outside
+    disabled = DevicePools({0: 0})
+    disabled.allocate(0, 8)
+    assert cupy.own_allocations == 2
+
+
+def test_device_arrays_reshape_and_split_as_views(cupy: FakeCupy) -> None:
+    array = DeviceArray(4096, (4, 6), np.dtype(np.float32), 0, None, None)
+    assert array.reshape((-1, 2, 3)).shape == (4, 2, 3)
+    assert array.reshape((-1, 2, 3)).pointer == 4096
+    with pytest.raises(ValueError):
+        array.reshape((5, -1))
+    views = array.split([1, 3])
+    assert [(v.pointer, v.shape) for v in views] == [(4096, (1, 6)), (4096 + 24, (3, 6))]
+    assert array.__cuda_array_interface__["typestr"] == "<f4"
+    bf16 = DeviceArray(0, (2,), types.BY_WIRE_NAME["BF16"].numpy_dtype, 0, None, None)
+    assert bf16.__cuda_array_interface__["typestr"] == "<i2"

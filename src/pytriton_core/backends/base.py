@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 
 
@@ -41,6 +42,8 @@ class ModelLocation:
     # The server's host staging pool (pinned when a GPU is usable): GPU instances gather
     # their batches into it so the copy to the device runs at full speed.
     host_staging: StagingPool | None = None
+    # --cuda-memory-pool-byte-size: the device buffers GPU instances allocate themselves.
+    device_pools: DevicePools | None = None
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         """A backend setting: this backend's own value first, else the global one."""

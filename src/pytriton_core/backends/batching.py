@@ -14,12 +14,18 @@ A framework backend's ``execute`` gets a list of requests (the dynamic batcher m
 
 Models without a batch dimension (``max_batch_size: 0``) run once per request. A failure
 in ``run`` (or a malformed output, named in the message) fails every request of that call.
+
+GPU instances (a runner made with ``device_id``) keep tensors on the device where they are
+there already: inputs that every request of the batch has in CUDA shared memory are gathered
+device-to-device (``Batch.device_inputs``, a single request's range as it is), and ``run``
+may return a ``DeviceArray`` for the outputs in ``Batch.device_outputs`` (those some request
+wants in a shared-memory region), scattered into per-request device views.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,8 +35,9 @@ from pytriton_core._native.batching import BufferPool, gather_batch, scatter_bat
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import Tensor
+from pytriton_core.core.tensor import DeviceTensor, Tensor
 from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.memory.device import DeviceArray, DevicePools
 from pytriton_core.memory.pinned import StagingPool
 
 
@@ -97,13 +104,19 @@ class Batch:
     sizes: list[int]  # each request's batch size (1 each for a model without batching)
     inputs: dict[str, np.ndarray]  # name -> array with the batch dimension first
     output_names: list[str]  # outputs any request of the batch asked for, in config order
+    # GPU instances: inputs left on the instance's device (not in ``inputs``)...
+    device_inputs: dict[str, DeviceArray] = field(default_factory=dict)
+    # ...and the outputs that ``run`` may return as a DeviceArray.
+    device_outputs: frozenset[str] = frozenset()
 
     @property
     def size(self) -> int:
         return sum(self.sizes)
 
 
-RunBatch = Callable[[Batch], Mapping[str, np.ndarray]]
+_Array = np.ndarray | DeviceArray  # a host array, or (GPU instances) a device one
+
+RunBatch = Callable[[Batch], Mapping[str, _Array]]
 
 
 class BatchRunner:
@@ -115,13 +128,18 @@ class BatchRunner:
         model_name: str,
         pool: BufferPool | None = None,
         staging: StagingPool | None = None,
+        device_id: int | None = None,
+        device_pools: DevicePools | None = None,
     ) -> None:
         """``staging``: gather into the server's (pinned) staging pool instead of ``pool``,
-        for instances that copy each batch to a GPU."""
+        for instances that copy each batch to a GPU; ``device_id``: the GPU such an instance
+        runs on, where inputs already on a device are gathered (from ``device_pools``)."""
         self.io = io
         self._model_name = model_name
         self._pool = pool if pool is not None else BufferPool()
         self._staging = staging
+        self._device_id = device_id
+        self._device_pools = device_pools if device_pools is not None else DevicePools({})
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming, run: RunBatch
@@ -176,7 +194,7 @@ class BatchRunner:
         io = self.io
         sizes = [r.batch_size if io.batching else 1 for r in requests]
         total = sum(sizes)
-        inputs: dict[str, np.ndarray] = {}
+        batch = Batch(requests, sizes, {}, self._wanted_outputs(requests))
         first = requests[0]
         for name, spec in io.inputs.items():
             if name not in first.inputs:
@@ -186,13 +204,42 @@ class BatchRunner:
                         f"optional input '{name}'"
                     )
                 continue
-            parts = [r.inputs[name].data for r in requests]
-            array = self._gather(parts) if len(parts) > 1 else parts[0]
+            tensors = [r.inputs[name] for r in requests]
+            array: _Array | None = self._gather_on_device(tensors)
+            if array is None:
+                parts = [t.data for t in tensors]
+                array = self._gather(parts) if len(parts) > 1 else parts[0]
             if spec.reshaped:
                 leading = (total,) if io.batching else ()
                 array = _reshape(array, leading, spec.model_shape, name)
-            inputs[name] = array
-        return Batch(requests, sizes, inputs, self._wanted_outputs(requests))
+            if isinstance(array, DeviceArray):
+                batch.device_inputs[name] = array
+            else:
+                batch.inputs[name] = array
+        if self._device_id is not None:
+            batch.device_outputs = frozenset(
+                name
+                for r in requests
+                if r.requested_outputs is not None
+                for name, wanted in r.requested_outputs.items()
+                if wanted.to_region
+            )
+        return batch
+
+    def _gather_on_device(self, tensors: Sequence[Tensor]) -> DeviceArray | None:
+        """The batch of an input every request has on a device, on this instance's GPU;
+        None for the host path (a CPU instance, or some request's data is on the host)."""
+        device_id = self._device_id
+        if device_id is None:
+            return None
+        parts = []
+        for tensor in tensors:
+            if not isinstance(tensor, DeviceTensor) or not isinstance(tensor.device, DeviceArray):
+                return None
+            parts.append(tensor.device)
+        if len(parts) == 1 and parts[0].device_id == device_id:
+            return parts[0]
+        return self._device_pools.gather(parts, device_id)
 
     def _gather(self, parts: list[np.ndarray]) -> np.ndarray:
         head = parts[0]
@@ -204,7 +251,7 @@ class BatchRunner:
         out = self._staging.acquire(nbytes).view(head.dtype).reshape(shape)
         return gather_batch(parts, out=out)
 
-    def scatter(self, batch: Batch, outputs: Mapping[str, np.ndarray]) -> list[InferenceResponse]:
+    def scatter(self, batch: Batch, outputs: Mapping[str, _Array]) -> list[InferenceResponse]:
         """Per-request responses holding views of the outputs each request asked for."""
         io = self.io
         per_request: list[list[Tensor]] = [[] for _ in batch.requests]
@@ -214,19 +261,25 @@ class BatchRunner:
             if array is None:
                 raise InternalError(f"model '{self._model_name}' produced no output '{name}'")
             array = _as_config_datatype(array, spec, self._model_name)
+            views: Sequence[_Array] = [array]
             if io.batching:
-                if array.ndim == 0 or array.shape[0] != batch.size:
+                if not array.shape or array.shape[0] != batch.size:
                     raise InternalError(
                         f"model '{self._model_name}' output '{name}' has shape "
                         f"{list(array.shape)}: expected the batch size {batch.size} first"
                     )
-                views = scatter_batch(array, batch.sizes) if len(batch.sizes) > 1 else [array]
-            else:
-                views = [array]
+                if len(batch.sizes) > 1:
+                    if isinstance(array, DeviceArray):
+                        views = array.split(batch.sizes)
+                    else:
+                        views = scatter_batch(array, batch.sizes)
             for slot, view, size in zip(per_request, views, batch.sizes, strict=True):
                 if spec.reshaped:
                     view = _reshape(view, (size,) if io.batching else (), spec.dims, name)
-                slot.append(Tensor(name, spec.datatype, view))
+                if isinstance(view, DeviceArray):
+                    slot.append(DeviceTensor(name, spec.datatype, view))
+                else:
+                    slot.append(Tensor(name, spec.datatype, view))
         responses = []
         for request, tensors in zip(batch.requests, per_request, strict=True):
             wanted = request.requested_outputs
@@ -252,12 +305,10 @@ def failed_responses(
     return [InferenceResponse.failed(error) for _ in requests]
 
 
-def _reshape(
-    array: np.ndarray, leading: tuple[int, ...], shape: tuple[int, ...], name: str
-) -> np.ndarray:
+def _reshape(array: _Array, leading: tuple[int, ...], shape: tuple[int, ...], name: str) -> _Array:
     """``array`` viewed as ``leading + shape``; at most one variable (-1) dim is inferred."""
     if list(shape).count(-1) > 1:
-        if array.shape[len(leading) :] == shape:
+        if tuple(array.shape[len(leading) :]) == shape:
             return array
         raise InternalError(
             f"cannot reshape tensor '{name}' of shape {list(array.shape)} to {list(shape)}: "
@@ -272,10 +323,10 @@ def _reshape(
         ) from None
 
 
-def _as_config_datatype(array: np.ndarray, spec: TensorIO, model_name: str) -> np.ndarray:
+def _as_config_datatype(array: _Array, spec: TensorIO, model_name: str) -> _Array:
     """The output in its config datatype: BYTES elements as ``bytes``; others must match."""
     datatype = spec.datatype
-    if datatype.is_bytes:
+    if datatype.is_bytes and isinstance(array, np.ndarray):
         if array.dtype.kind in ("U", "S") or (
             array.dtype == np.object_ and array.size and isinstance(array.flat[0], str)
         ):

@@ -42,6 +42,7 @@ from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
 from pytriton_core.errors import InternalError, ModelConfigError, UnsupportedError
+from pytriton_core.memory.device import DeviceArray
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +243,15 @@ class OnnxRuntimeInstance(BackendInstance):
         if shrink:
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrink)
         self._on_gpu = spec.kind == "GPU"
-        staging = model.location.host_staging if self._on_gpu else None
-        self._runner = BatchRunner(model.io, model.location.name, staging=staging)
+        location = model.location
+        self._staging = location.host_staging if self._on_gpu else None
+        self._runner = BatchRunner(
+            model.io,
+            location.name,
+            staging=self._staging,
+            device_id=spec.device_id if self._on_gpu else None,
+            device_pools=location.device_pools,
+        )
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
@@ -263,8 +271,10 @@ class OnnxRuntimeInstance(BackendInstance):
         results = self._session.run(names, self._feed(batch), self._run_options)
         return dict(zip(names, results, strict=True))
 
-    def _run_gpu(self, batch: Batch) -> dict[str, np.ndarray]:
-        """IOBinding: one host-to-device copy per input, outputs allocated on the device."""
+    def _run_gpu(self, batch: Batch) -> dict[str, np.ndarray | DeviceArray]:
+        """IOBinding: inputs already on the device are bound where they are, the others
+        copied host-to-device once; outputs are allocated on the device and copied to the
+        host once, except those bound for a shared-memory region, which stay there."""
         device = self._spec.device_id
         binding = self._session.io_binding()
         for name, array in self._feed(batch).items():
@@ -273,12 +283,31 @@ class OnnxRuntimeInstance(BackendInstance):
                 continue
             value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda", device)
             binding.bind_ortvalue_input(name, value)
+        for name, on_device in batch.device_inputs.items():
+            binding.bind_input(
+                name, "cuda", device, on_device.dtype, list(on_device.shape), on_device.pointer
+            )
         for name in batch.output_names:
             binding.bind_output(name, "cuda", device)
         self._session.run_with_iobinding(binding, self._run_options)
-        # The responses are host arrays: one device-to-host copy per output.
-        results = binding.copy_outputs_to_cpu()
-        return dict(zip(batch.output_names, results, strict=True))
+        if not batch.device_outputs:
+            results = binding.copy_outputs_to_cpu()
+            return dict(zip(batch.output_names, results, strict=True))
+        outputs: dict[str, np.ndarray | DeviceArray] = {}
+        for name, value in zip(batch.output_names, binding.get_outputs(), strict=True):
+            datatype = _ORT_TYPES.get(value.data_type())
+            if name in batch.device_outputs and datatype is not None and not datatype.is_bytes:
+                outputs[name] = DeviceArray(
+                    value.data_ptr(),
+                    tuple(value.shape()),
+                    datatype.numpy_dtype,
+                    device,
+                    value,  # keeps the device memory
+                    self._staging,
+                )
+            else:
+                outputs[name] = value.numpy()
+        return outputs
 
 
 def _onnx_file(path: Path) -> Path:

@@ -48,6 +48,8 @@ from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
 from pytriton_core.errors import InternalError, ModelConfigError, UnsupportedError
+from pytriton_core.memory.device import DeviceArray
+from pytriton_core.memory.pinned import StagingPool
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +131,15 @@ class PyTorchInstance(BackendInstance):
         module.eval()
         self._module = module
         self._dict_input, self._input_order = _input_layout(module, model)
-        staging = model.location.host_staging if spec.kind == "GPU" else None
-        self._runner = BatchRunner(model.io, model.location.name, staging=staging)
+        on_gpu = spec.kind == "GPU"
+        self._staging = model.location.host_staging if on_gpu else None
+        self._runner = BatchRunner(
+            model.io,
+            model.location.name,
+            staging=self._staging,
+            device_id=spec.device_id if on_gpu else None,
+            device_pools=model.location.device_pools,
+        )
         # OpenMP keeps the thread count per calling thread: set it in this worker thread
         # (create_instance and execute run in it), or torch uses every core here.
         intra = _threads_set.get("INTRA_OP_THREAD_COUNT", 0)
@@ -142,15 +151,18 @@ class PyTorchInstance(BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         return self._runner.execute(requests, timing, self._run)
 
-    def _run(self, batch: Batch) -> dict[str, np.ndarray]:
+    def _run(self, batch: Batch) -> dict[str, np.ndarray | DeviceArray]:
         with self._modes():
             tensors = {name: self._to_torch(array) for name, array in batch.inputs.items()}
+            for name, on_device in batch.device_inputs.items():
+                tensors[name] = _wrap_device(on_device, self._device)
             if self._dict_input:
                 result = self._module(tensors)
             else:
                 result = self._module(*(tensors[name] for name in self._input_order))
             values = list(result) if isinstance(result, (tuple, list)) else [result]
-            outputs: dict[str, np.ndarray] = {}
+            outputs: dict[str, np.ndarray | DeviceArray] = {}
+            left_on_device = False
             for name in batch.output_names:
                 index = self._model.output_index[name]
                 if index >= len(values) or not isinstance(values[index], torch.Tensor):
@@ -158,7 +170,15 @@ class PyTorchInstance(BackendInstance):
                         f"model '{self._model.location.name}' returned {len(values)} "
                         f"value(s); output '{name}' is number {index}, which is not a tensor"
                     )
-                outputs[name] = _to_numpy(values[index])
+                value = values[index]
+                if name in batch.device_outputs and value.is_cuda:
+                    outputs[name] = _device_array(value, self._staging)
+                    left_on_device = True
+                else:
+                    outputs[name] = _to_numpy(value)
+            if left_on_device:
+                # Others copy from these pointers outside torch's stream: let it finish.
+                torch.cuda.current_stream(self._device).synchronize()
             if self._model.cache_cleaning and self._device.type == "cuda":
                 torch.cuda.empty_cache()
         return outputs
@@ -188,6 +208,24 @@ class PyTorchInstance(BackendInstance):
             # One host-to-device copy of the whole batch.
             return tensor.to(self._device)
         return tensor
+
+
+def _wrap_device(array: DeviceArray, device: torch.device) -> torch.Tensor:
+    """A device input as a torch tensor over the same memory (no copy)."""
+    tensor = torch.as_tensor(array, device=device)
+    # bfloat16 crosses __cuda_array_interface__ as its 16 bits.
+    return tensor.view(torch.bfloat16) if array.dtype == _BF16 else tensor
+
+
+def _device_array(tensor: torch.Tensor, staging: StagingPool | None) -> DeviceArray:
+    """A CUDA output left on its device; the array keeps the tensor (its memory) alive."""
+    tensor = tensor.detach().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        dtype = _BF16
+    else:
+        dtype = torch.empty(0, dtype=tensor.dtype).numpy().dtype
+    device_id = tensor.device.index or 0
+    return DeviceArray(tensor.data_ptr(), tuple(tensor.shape), dtype, device_id, tensor, staging)
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:

@@ -45,6 +45,7 @@ from pytriton_core.errors import (
     InvalidArgumentError,
     UnsupportedError,
 )
+from pytriton_core.memory.device import DeviceArray, DevicePools
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +215,14 @@ class TensorRtInstance(BackendInstance):
             if t.datatype is not None
         }
         self._profile = 0
-        # TensorRT always runs on the GPU: batches gather into the (pinned) staging pool.
-        self._runner = BatchRunner(model.io, name, staging=model.location.host_staging)
+        location = model.location
+        self._staging = location.host_staging
+        self._pools = location.device_pools or DevicePools({})
+        # TensorRT always runs on the GPU: batches gather into the (pinned) staging pool,
+        # or on the device when their inputs are there already.
+        self._runner = BatchRunner(
+            model.io, name, staging=self._staging, device_id=device, device_pools=self._pools
+        )
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
@@ -240,28 +247,30 @@ class TensorRtInstance(BackendInstance):
             "every optimization profile of the engine"
         )
 
-    def _run(self, batch: Batch) -> dict[str, np.ndarray]:
+    def _run(self, batch: Batch) -> dict[str, np.ndarray | DeviceArray]:
         context, stream = self._context, self._stream
-        missing = [n for n in self._inputs if n not in batch.inputs]
+        missing = [
+            n for n in self._inputs if n not in batch.inputs and n not in batch.device_inputs
+        ]
         if missing:
             raise InvalidArgumentError(
                 f"model '{self._model.location.name}': TensorRT needs every input, "
                 f"missing {missing}"
             )
         with cp.cuda.Device(self._device):
-            shapes = {n: tuple(batch.inputs[n].shape) for n in self._inputs}
+            shapes = {
+                n: tuple((batch.device_inputs.get(n) or batch.inputs[n]).shape)
+                for n in self._inputs
+            }
             profile = self._select_profile(shapes)
             if profile != self._profile:
                 context.set_optimization_profile_async(profile, stream.ptr)
                 self._profile = profile
-            keep = []  # device buffers stay referenced until the stream is done
+            keep: list[Any] = []  # device memory stays referenced until the stream is done
             for name in self._inputs:
-                host = np.ascontiguousarray(batch.inputs[name], dtype=self._dtypes[name])
-                device = cp.empty(host.shape, dtype=host.dtype)
-                device.set(host, stream=stream)
-                context.set_input_shape(name, host.shape)
-                context.set_tensor_address(name, device.data.ptr)
-                keep.append(device)
+                address = self._input_address(batch, name, keep)
+                context.set_input_shape(name, shapes[name])
+                context.set_tensor_address(name, address)
             device_outputs = {}
             for name in self._outputs:
                 shape = tuple(int(d) for d in context.get_tensor_shape(name))
@@ -270,17 +279,48 @@ class TensorRtInstance(BackendInstance):
                         f"model '{self._model.location.name}': output '{name}' has a "
                         "data-dependent shape, which is not supported"
                     )
-                out = cp.empty(shape, dtype=self._dtypes[name])
+                out = self._empty(shape, self._dtypes[name])
                 context.set_tensor_address(name, out.data.ptr)
                 device_outputs[name] = out
             if not context.execute_async_v3(stream.ptr):
                 raise InternalError(
                     f"model '{self._model.location.name}': TensorRT execution failed"
                 )
-            results = {name: device_outputs[name].get(stream=stream) for name in batch.output_names}
+            results: dict[str, np.ndarray | DeviceArray] = {}
+            for name in batch.output_names:
+                out = device_outputs[name]
+                if name in batch.device_outputs:
+                    results[name] = DeviceArray(
+                        out.data.ptr, out.shape, out.dtype, self._device, out, self._staging
+                    )
+                else:
+                    results[name] = out.get(stream=stream)
             stream.synchronize()
         del keep
         return results
+
+    def _empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """A cupy array over memory from the server's CUDA memory pool."""
+        nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
+        return cp.ndarray(shape, dtype=dtype, memptr=self._pools.allocate(self._device, nbytes))
+
+    def _input_address(self, batch: Batch, name: str, keep: list[Any]) -> int:
+        """Where TensorRT reads an input: a device input in place when its datatype is the
+        engine's, else a copy on the device (host -> device, on the stream)."""
+        dtype = self._dtypes[name]
+        on_device = batch.device_inputs.get(name)
+        if on_device is not None:
+            if on_device.dtype == dtype:
+                keep.append(on_device)
+                return on_device.pointer
+            host = on_device.to_host()
+        else:
+            host = batch.inputs[name]
+        host = np.ascontiguousarray(host, dtype=dtype)
+        device = self._empty(host.shape, host.dtype)
+        device.set(host, stream=self._stream)
+        keep.extend((device, host))
+        return int(device.data.ptr)
 
 
 def create_backend() -> Backend:

@@ -31,6 +31,9 @@ ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 class RequestedOutput:
     name: str
     class_count: int = 0  # > 0: the classification extension's top-k
+    # Bound for a client's shared-memory region, which copies from device memory directly:
+    # GPU backends leave such an output on the device.
+    to_region: bool = False
 
 
 @dataclass(slots=True, eq=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -24,3 +25,47 @@ class Tensor:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.data.shape)
+
+
+class DeviceData(Protocol):
+    """Tensor data in GPU memory (``memory.device.DeviceArray``)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    def to_host(self) -> np.ndarray: ...
+
+
+class DeviceTensor(Tensor):
+    """A tensor whose data lives on a GPU: a CUDA shared-memory input, or a GPU backend's
+    output bound for a client's region.
+
+    GPU backends and shared-memory outputs use ``device`` as it is; ``data`` (what
+    everything else reads) is a host copy made on first use.
+    """
+
+    __slots__ = ("_host", "device")
+
+    def __init__(self, name: str, datatype: DataType, device: DeviceData) -> None:
+        self.name = name
+        self.datatype = datatype
+        self.device = device
+        self._host: np.ndarray | None = None
+
+    @property
+    def data(self) -> np.ndarray:
+        if self._host is None:
+            self._host = self.device.to_host()
+        return self._host
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._host = value
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.device.shape)
+
+    @property
+    def on_host(self) -> bool:
+        """Whether the host copy has been made."""
+        return self._host is not None

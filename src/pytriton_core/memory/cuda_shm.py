@@ -5,10 +5,11 @@ size; the server opens the handle through cupy (imported lazily: GPU-only code n
 on a machine without a usable GPU) and closes it when the region's last reference goes, so
 a region unregistered while a request uses it stays open until that request is done.
 
-The backends here run on the CPU, so each shared-memory input is copied device -> host
-once, into a staging buffer from the (pinned when possible) ``StagingPool``, and the input
-array is a view of that buffer; each output is staged into such a buffer and copied
-host -> device once. Range checks are the compiled ``_native.shm.check_range``.
+An input range is handed on as a ``DeviceArray`` over the region (no copy): GPU backends
+read it in place, anything else copies it device -> host once, into a staging buffer of the
+(pinned when possible) ``StagingPool``. An output is written from a GPU backend's device
+memory with one device-to-device copy, from host memory with one host -> device copy through
+a staging buffer. Range checks are the compiled ``_native.shm.check_range``.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ import numpy as np
 from pytriton_core._native.shm import OutputTooLargeError, RegionRangeError, check_range
 from pytriton_core.core.tensor_data import Buffer
 from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.memory.device import DeviceArray, cupy_module, memcpy
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.memory.system_shm import range_error
 
 IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
-_HOST_TO_DEVICE = 1  # cudaMemcpyKind
-_DEVICE_TO_HOST = 2
 
 _lock = threading.Lock()
 
@@ -51,14 +51,8 @@ def gpu_unavailable_reason() -> str | None:
     return None if count > 0 else "no CUDA device is visible"
 
 
-def _cupy() -> Any:
-    import cupy  # GPU-only
-
-    return cupy
-
-
 def _close_handle(pointer: int, device_id: int) -> None:
-    cupy = _cupy()
+    cupy = cupy_module()
     with cupy.cuda.Device(device_id):
         cupy.cuda.runtime.ipcCloseMemHandle(pointer)
 
@@ -88,21 +82,24 @@ class CudaSharedMemoryRegion:
         except RegionRangeError as exc:
             raise range_error(exc, self.name) from None
 
+    def device_array(
+        self, offset: int, byte_size: int, dtype: np.dtype[Any], shape: tuple[int, ...]
+    ) -> DeviceArray:
+        """The checked range as a device tensor of ``shape`` (no copy); it keeps the region
+        open. The caller has checked that ``byte_size`` is what ``shape`` needs."""
+        self.check(offset, byte_size)
+        return DeviceArray(self.pointer + offset, shape, dtype, self.device_id, self, self._staging)
+
     def read(self, offset: int, byte_size: int) -> Buffer:
-        """The range copied device -> host once, into a staging buffer."""
+        """The range copied device -> host once, into a staging buffer (BYTES inputs)."""
         self.check(offset, byte_size)
         staged = self._staging.acquire(byte_size)
-        if byte_size:
-            cupy = _cupy()
-            with cupy.cuda.Device(self.device_id):
-                cupy.cuda.runtime.memcpy(
-                    staged.ctypes.data, self.pointer + offset, byte_size, _DEVICE_TO_HOST
-                )
+        memcpy(staged.ctypes.data, self.pointer + offset, byte_size, self.device_id)
         staged.flags.writeable = False
         return staged.data
 
     def write(self, offset: int, byte_size: int, data: Buffer) -> None:
-        """Copy ``data`` host -> device into the range, through a staging buffer."""
+        """Copy host ``data`` into the range, through a staging buffer."""
         self.check(offset, byte_size)
         source = np.frombuffer(data, np.uint8)
         if source.nbytes > byte_size:
@@ -111,11 +108,14 @@ class CudaSharedMemoryRegion:
             return
         staged = self._staging.acquire(source.nbytes)
         staged[:] = source
-        cupy = _cupy()
-        with cupy.cuda.Device(self.device_id):
-            cupy.cuda.runtime.memcpy(
-                self.pointer + offset, staged.ctypes.data, source.nbytes, _HOST_TO_DEVICE
-            )
+        memcpy(self.pointer + offset, staged.ctypes.data, source.nbytes, self.device_id)
+
+    def write_device(self, offset: int, byte_size: int, array: DeviceArray) -> None:
+        """Copy a device array into the range: one device-to-device (or peer) copy."""
+        self.check(offset, byte_size)
+        if array.nbytes > byte_size:
+            raise OutputTooLargeError(array.nbytes, byte_size)
+        array.copy_to(self.pointer + offset)
 
 
 def open_cuda_region(
@@ -129,7 +129,7 @@ def open_cuda_region(
         )
     if device_id < 0:
         raise InvalidArgumentError(f"invalid 'device_id' {device_id} for region '{name}'")
-    cupy = _cupy()
+    cupy = cupy_module()
     try:
         with _lock, cupy.cuda.Device(device_id):
             pointer = cupy.cuda.runtime.ipcOpenMemHandle(

@@ -5,11 +5,13 @@ with Triton's errors and messages; ``allow_client`` (``--allow-client-shm``) gat
 and unregister (status always works), as in Triton 2.73.
 
 Inference: a front end parses an input's or output's shared-memory parameters into a
-``ShmReference``; ``input_array`` makes the input tensor's data (a zero-copy view of a
-system region; for a CUDA region, one device -> host copy into a staging buffer) and
-``output_target`` resolves and checks an output's range before the model runs, so that the
-response writes the output there with one copy (``ShmOutput.write``). Both hold the region
-they use, so a region unregistered meanwhile stays mapped until the request lets go.
+``ShmReference``; ``input_tensor`` makes the input tensor (a zero-copy view of a system
+region; for a CUDA region a ``DeviceTensor`` over the region, which GPU backends read in
+place and anything else copies to the host once) and ``output_target`` resolves and checks
+an output's range before the model runs, so that the response writes the output there with
+one copy (``ShmOutput.write``: from host memory, or from a GPU backend's device memory).
+Both hold the region they use, so a region unregistered meanwhile stays mapped until the
+request lets go.
 """
 
 from __future__ import annotations
@@ -18,10 +20,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-
 from pytriton_core import types
-from pytriton_core.core.tensor import Tensor
+from pytriton_core.core.tensor import DeviceTensor, Tensor
 from pytriton_core.core.tensor_data import Buffer, array_from_bytes, array_to_bytes
 from pytriton_core.errors import (
     AlreadyExistsError,
@@ -31,6 +31,7 @@ from pytriton_core.errors import (
     UnsupportedError,
 )
 from pytriton_core.memory import cuda_shm
+from pytriton_core.memory.device import DeviceArray
 from pytriton_core.memory.pinned import DEFAULT_PINNED_POOL_BYTE_SIZE, StagingPool
 from pytriton_core.memory.system_shm import OutputTooLargeError, open_system_region
 
@@ -49,6 +50,7 @@ class Region(Protocol):
     def check(self, offset: int, byte_size: int) -> None: ...
     def read(self, offset: int, byte_size: int) -> Buffer: ...
     def write(self, offset: int, byte_size: int, data: Buffer) -> None: ...
+    def write_device(self, offset: int, byte_size: int, array: DeviceArray) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +76,16 @@ class ShmOutput:
     byte_size: int
 
     def write(self, tensor: Tensor) -> None:
-        """Copy the output's binary form into the range (one copy for a contiguous
-        fixed-size tensor); INTERNAL, in Triton's words, when it does not fit."""
+        """Copy the output into the range: its binary form (one copy for a contiguous
+        fixed-size tensor), or straight from the device for a GPU backend's output that
+        has no host copy; INTERNAL, in Triton's words, when it does not fit."""
         try:
-            self.region.write(self.offset, self.byte_size, array_to_bytes(tensor))
+            if isinstance(tensor, DeviceTensor) and not tensor.on_host:
+                device = tensor.device
+                assert isinstance(device, DeviceArray)
+                self.region.write_device(self.offset, self.byte_size, device)
+            else:
+                self.region.write(self.offset, self.byte_size, array_to_bytes(tensor))
         except OutputTooLargeError as exc:
             raise InternalError(
                 f"shared memory size specified with the request for output '{self.name}' "
@@ -176,7 +184,7 @@ class SharedMemoryManager:
             raise NotFoundError(f"Unable to find shared memory region: '{name}'")
         return region
 
-    def input_array(
+    def input_tensor(
         self,
         ref: ShmReference,
         datatype: types.DataType,
@@ -185,10 +193,24 @@ class SharedMemoryManager:
         input_name: str,
         model_name: str,
         request_id: str,
-    ) -> np.ndarray:
-        """The input of ``shape`` the range holds: a read-only view of a system region."""
-        data = self.find(ref.region).read(ref.offset, ref.byte_size)
-        return array_from_bytes(
+    ) -> Tensor:
+        """The input of ``shape`` the range holds: a read-only view of a system region, or
+        a tensor left on the device for a CUDA region (BYTES elements are read on the host)."""
+        region = self.find(ref.region)
+        if isinstance(region, cuda_shm.CudaSharedMemoryRegion) and not datatype.is_bytes:
+            region.check(ref.offset, ref.byte_size)
+            expected = types.element_count(shape) * datatype.itemsize
+            if ref.byte_size != expected:
+                raise InvalidArgumentError(
+                    f"input byte size mismatch for input '{input_name}' for model "
+                    f"'{model_name}'. Expected {expected}, got {ref.byte_size}"
+                ).with_request_id(request_id)
+            device = region.device_array(
+                ref.offset, ref.byte_size, datatype.numpy_dtype, tuple(shape)
+            )
+            return DeviceTensor(input_name, datatype, device)
+        data = region.read(ref.offset, ref.byte_size)
+        array = array_from_bytes(
             data,
             datatype,
             shape,
@@ -196,6 +218,7 @@ class SharedMemoryManager:
             model_name=model_name,
             request_id=request_id,
         )
+        return Tensor(input_name, datatype, array)
 
     def output_target(self, output_name: str, ref: ShmReference) -> ShmOutput:
         """Where the output goes; its range checked now, before the model runs."""

@@ -22,6 +22,7 @@ from pytriton_core._native.shm import (
 )
 from pytriton_core.core.tensor_data import Buffer
 from pytriton_core.errors import InternalError, InvalidArgumentError
+from pytriton_core.memory.device import DeviceArray
 
 
 def range_error(error: RegionRangeError, region_name: str) -> InvalidArgumentError:
@@ -79,6 +80,13 @@ class SystemSharedMemoryRegion:
             self._native.write(offset, byte_size, data)
         except RegionRangeError as exc:
             raise range_error(exc, self.name) from None
+
+    def write_device(self, offset: int, byte_size: int, array: DeviceArray) -> None:
+        """Copy a GPU backend's output straight into the range: one device -> host copy."""
+        self.check(offset, byte_size)
+        if array.nbytes > byte_size:
+            raise OutputTooLargeError(array.nbytes, byte_size)
+        array.copy_to(self._native.address + offset)
 
 
 def open_system_region(

@@ -28,6 +28,7 @@ from pytriton_core.errors import (
     ServerError,
     UnavailableError,
 )
+from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.overrides import OverrideDirectory
@@ -64,6 +65,7 @@ class ModelManager:
     ) -> None:
         self._options = options
         self._host_staging = host_staging
+        self._device_pools = DevicePools(options.memory.cuda_memory_pool_byte_size)
         self._backends = backends
         self._loop = loop
         self._models: dict[str, dict[int, Model]] = {}
@@ -355,6 +357,7 @@ class ModelManager:
             backend_config=self._options.backend_settings(backend_name),
             global_backend_config=self._options.backend_settings(""),
             host_staging=self._host_staging,
+            device_pools=self._device_pools,
         )
 
     def _start_version(

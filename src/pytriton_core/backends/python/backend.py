@@ -29,12 +29,13 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
+from pytriton_core.backends.framework import config_parameters
 from pytriton_core.backends.python import pb_utils
 from pytriton_core.config import config_from_json, config_to_json_dict
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import Tensor
+from pytriton_core.core.tensor import DeviceTensor, Tensor
 from pytriton_core.errors import (
     ErrorCode,
     InternalError,
@@ -118,6 +119,9 @@ class PythonModel(BackendModel):
         self._location = location
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(dict(config_json))
         self._output_names = [o["name"] for o in config_json.get("output", ())]
+        # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
+        force_cpu = config_parameters(config_json).get("FORCE_CPU_ONLY_INPUT_TENSORS", "yes")
+        self.gpu_inputs = force_cpu.strip().lower() in ("no", "false", "0", "off")
         if not hasattr(module.TritonPythonModel, "execute"):
             raise InternalError(
                 f"Python model {_model_file(location, config_json)} does not implement "
@@ -141,6 +145,7 @@ class PythonInstance(BackendInstance):
     def __init__(self, model: PythonModel, spec: InstanceSpec, args: dict[str, str]) -> None:
         self._model = model
         self._spec = spec
+        self._staging = model._location.host_staging  # GPU outputs' host copies
         self._python_model = model._module.TritonPythonModel()
         self._async_loop: asyncio.AbstractEventLoop | None = None
         if inspect.iscoroutinefunction(self._python_model.execute):
@@ -205,10 +210,7 @@ class PythonInstance(BackendInstance):
             self._async_loop.close()
 
     def _to_pb_request(self, request: InferenceRequest) -> pb_utils.InferenceRequest:
-        inputs = [
-            pb_utils.Tensor._from_server(t.name, t.data, t.datatype.wire_name)
-            for t in request.inputs.values()
-        ]
+        inputs = [self._to_pb_tensor(t) for t in request.inputs.values()]
 
         def send(response: pb_utils.InferenceResponse | None, final: bool) -> None:
             core = None if response is None else self._from_pb_response(response, request)
@@ -226,6 +228,16 @@ class PythonInstance(BackendInstance):
             is_cancelled=lambda: request.cancelled,
             decoupled=self._model.decoupled,
         )
+
+    def _to_pb_tensor(self, tensor: Tensor) -> pb_utils.Tensor:
+        if (
+            self._model.gpu_inputs
+            and isinstance(tensor, DeviceTensor)
+            and not tensor.on_host
+            and tensor.datatype.wire_name != "BF16"  # DLPack through cupy has no bfloat16
+        ):
+            return pb_utils.Tensor.from_dlpack(tensor.name, tensor.device)
+        return pb_utils.Tensor._from_server(tensor.name, tensor.data, tensor.datatype.wire_name)
 
     def _from_pb_response(self, response: Any, request: InferenceRequest) -> InferenceResponse:
         if not isinstance(response, pb_utils.InferenceResponse):
@@ -246,7 +258,11 @@ class PythonInstance(BackendInstance):
             if tensor.name() not in wanted:
                 continue
             datatype = types.BY_WIRE_NAME[tensor._datatype_wire_name()]
-            outputs.append(Tensor(tensor.name(), datatype, tensor._server_array()))
+            if tensor.is_cpu():
+                outputs.append(Tensor(tensor.name(), datatype, tensor._server_array()))
+            else:  # a GPU tensor (from_dlpack): copied to the host, or to a region, later
+                device = tensor._server_device_array(self._staging)
+                outputs.append(DeviceTensor(tensor.name(), datatype, device))
         return InferenceResponse(outputs=outputs, parameters=parameters)
 
 

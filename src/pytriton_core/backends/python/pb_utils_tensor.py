@@ -32,6 +32,8 @@ import numpy.typing as npt
 
 from pytriton_core import types
 from pytriton_core.backends.python.pb_utils_errors import TritonModelException
+from pytriton_core.memory.device import DeviceArray
+from pytriton_core.memory.pinned import StagingPool
 
 DEVICE_CPU = 1  # kDLCPU
 DEVICE_CUDA = 2  # kDLCUDA
@@ -126,6 +128,7 @@ class CapsuleInfo:
     datatype: types.DataType
     shape: tuple[int, ...]
     c_contiguous: bool
+    address: int  # of the first element (data + byte_offset)
 
 
 def _tensor_struct(capsule: object) -> _DLTensor:
@@ -173,7 +176,8 @@ def inspect_capsule(capsule: object) -> CapsuleInfo:
         )
     shape = tuple(int(tensor.shape[i]) for i in range(tensor.ndim))
     strides = tuple(int(tensor.strides[i]) for i in range(tensor.ndim)) if tensor.strides else None
-    return CapsuleInfo(device, datatype, shape, _c_contiguous(shape, strides))
+    address = int(tensor.data or 0) + int(tensor.byte_offset)
+    return CapsuleInfo(device, datatype, shape, _c_contiguous(shape, strides), address)
 
 
 class _CapsuleProducer:
@@ -403,6 +407,21 @@ class Tensor:
 
     def _server_array(self) -> npt.NDArray[Any]:
         return self._cpu_array()
+
+    def _server_device_array(self, staging: StagingPool | None) -> DeviceArray:
+        """A GPU tensor as the server's ``DeviceArray``: a fresh export, kept (unconsumed)
+        as the array's owner so that the memory lives while the server uses it."""
+        assert self._external is not None
+        capsule = self._external.export(None)
+        info = inspect_capsule(capsule)
+        return DeviceArray(
+            info.address,
+            info.shape,
+            info.datatype.numpy_dtype,
+            info.device[1],
+            (capsule, self._external),
+            staging,
+        )
 
     def _datatype_wire_name(self) -> str:
         return self._datatype.wire_name

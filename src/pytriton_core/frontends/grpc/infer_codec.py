@@ -135,7 +135,7 @@ def decode_infer_request(
                     f"'{name}' for model '{model.name}'"
                 )
             ref = _shm_reference(entry.parameters, name)
-            array = service.shared_memory.input_array(
+            request.inputs[name] = service.shared_memory.input_tensor(
                 ref,
                 datatype,
                 shape,
@@ -143,7 +143,6 @@ def decode_infer_request(
                 model_name=model.name,
                 request_id=request.id,
             )
-            request.inputs[name] = Tensor(name, datatype, array)
             continue
         if entry.HasField("contents"):
             if raw:
@@ -218,7 +217,7 @@ def _requested_output(
             )
         ref = _shm_reference(output.parameters, output.name)
         decoded.shm_outputs[output.name] = shared_memory.output_target(output.name, ref)
-    return RequestedOutput(output.name, class_count)
+    return RequestedOutput(output.name, class_count, output.name in decoded.shm_outputs)
 
 
 def _contents_as_bytes(
@@ -282,9 +281,7 @@ def _response_parts(
         header.parameters[FINAL_RESPONSE].bool_param = final
     raw: list[Buffer] = []
     for tensor in response.outputs:
-        header.outputs.add(
-            name=tensor.name, datatype=tensor.datatype.wire_name, shape=tensor.data.shape
-        )
+        header.outputs.add(name=tensor.name, datatype=tensor.datatype.wire_name, shape=tensor.shape)
         target = decoded.shm_outputs.get(tensor.name)
         if target is not None:
             target.write(tensor)

@@ -215,7 +215,7 @@ def _input_tensor(
         ref = _shm_reference(parameters, name)
         if shared_memory is None:
             raise _unknown_region(ref.region)
-        array = shared_memory.input_array(
+        return shared_memory.input_tensor(
             ref,
             datatype,
             shape,
@@ -223,7 +223,6 @@ def _input_tensor(
             model_name=model_name,
             request_id=request_id,
         )
-        return Tensor(name, datatype, array)
     if source == "binary_data_size":
         size = parameters["binary_data_size"]
         if not _is_unsigned(size):
@@ -282,7 +281,7 @@ def _requested_outputs(
             if shared_memory is None:
                 raise _unknown_region(ref.region)
             decoded.shm_outputs[name] = shared_memory.output_target(name, ref)
-        requested[name] = RequestedOutput(name, class_count)
+        requested[name] = RequestedOutput(name, class_count, name in decoded.shm_outputs)
         decoded.binary_outputs[name] = binary
     decoded.request.requested_outputs = requested
 
@@ -398,7 +397,7 @@ def encode_infer_response(
         entry: dict[str, Any] = {
             "name": tensor.name,
             "datatype": tensor.datatype.wire_name,
-            "shape": list(tensor.data.shape),
+            "shape": list(tensor.shape),
         }
         target = decoded.shm_outputs.get(tensor.name)
         if target is not None:
