@@ -375,3 +375,40 @@ def test_device_arrays_reshape_and_split_as_views(cupy: FakeCupy) -> None:
     assert array.__cuda_array_interface__["typestr"] == "<f4"
     bf16 = DeviceArray(0, (2,), types.BY_WIRE_NAME["BF16"].numpy_dtype, 0, None, None)
     assert bf16.__cuda_array_interface__["typestr"] == "<i2"
+
+
+class _CudaLabelledArray:
+    """A DLPack producer whose capsule says kDLCUDA over host memory: a Python model's GPU
+    tensor, as far as the server's bookkeeping can tell without a GPU."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __dlpack__(self, *, stream: object = None, **_: object) -> object:
+        from pytriton_core.backends.python.pb_utils_tensor import _tensor_struct
+
+        capsule = self.array.__dlpack__()
+        _tensor_struct(capsule).device.device_type = 2  # kDLCUDA
+        return capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+
+def test_a_python_models_gpu_output_reaches_a_region_device_to_device(cupy: FakeCupy) -> None:
+    from pytriton_core.backends.python import pb_utils
+
+    values = np.arange(6, dtype=np.float32) * 1.5
+    tensor = pb_utils.Tensor.from_dlpack("OUTPUT0", _CudaLabelledArray(values))
+    assert not tensor.is_cpu()
+    device = tensor._server_device_array(None)
+    assert (device.pointer, device.shape, device.device_id) == (values.ctypes.data, (6,), 0)
+    assert device.dtype == np.float32
+    manager = SharedMemoryManager(allow_client=True)
+    region = cupy.allocate(_handle(7), bytes(24))
+    manager.register_cuda("c", _handle(7), 0, 24)
+    output = DeviceTensor("OUTPUT0", FP32, device)
+    manager.output_target("OUTPUT0", ShmReference("c", 0, 24)).write(output)
+    assert not output.on_host
+    assert np.frombuffer(bytes(region), np.float32).tolist() == values.tolist()
+    assert output.data.tolist() == values.tolist()  # the socket's path: one host copy
