@@ -7,8 +7,9 @@ tritonclient.utils.shared_memory region, its raw handle the object's name. So wh
 is everything of the server's CUDA shared-memory path except the driver calls: registration
 (base64 handle over HTTP, bytes over gRPC), status with device ids, unregistration, every
 datatype in and out of CUDA regions, input ranges left on the "device" until the (CPU)
-backend reads them, one logged host copy per input, outputs written into the region, and
-the errors. tests/gpu/test_cuda_shm.py runs the same against real CUDA on a GPU machine.
+backend reads them, one logged host copy per input, outputs written into the region, a
+Python model given GPU inputs (``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``) returning GPU outputs,
+and the errors. tests/gpu/test_cuda_shm.py runs the same against real CUDA on a GPU machine.
 """
 
 from __future__ import annotations
@@ -34,6 +35,31 @@ PROTOCOLS = ("http", "grpc")
 HOST_COPY = "device tensor copied to the host"
 
 
+# GPU inputs (FORCE_CPU_ONLY_INPUT_TENSORS "no") returned as they are: GPU outputs.
+PYTHON_GPU_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+parameters: { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
+"""
+PYTHON_GPU_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            if tensor.is_cpu() or tensor.__dlpack_device__() != (2, 0):
+                raise pb_utils.TritonModelException(f"expected a GPU input, got {tensor!r}")
+            output = pb_utils.Tensor.from_dlpack("OUTPUT0", tensor)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
+        return responses
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     repository = tmp_path_factory.mktemp("cuda-standin-models")
@@ -44,6 +70,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             repository / name,
             ignore=shutil.ignore_patterns("__pycache__"),
         )
+    (repository / "python_gpu" / "1").mkdir(parents=True)
+    (repository / "python_gpu" / "config.pbtxt").write_text(PYTHON_GPU_CONFIG)
+    (repository / "python_gpu" / "1" / "model.py").write_text(PYTHON_GPU_MODEL)
     path = os.pathsep.join(p for p in (str(STANDIN), os.environ.get("PYTHONPATH", "")) if p)
     with run_pytriton_server(
         repository, "--allow-client-shm=true", "--log-verbose=1", env={"PYTHONPATH": path}
@@ -202,3 +231,32 @@ def test_bad_cuda_input_is_refused_and_the_server_keeps_serving(
     finally:
         connection.unregister_cuda_shared_memory()
         buffer.close()
+
+
+def test_a_python_model_gets_gpu_inputs_and_returns_gpu_outputs(
+    server: ServerHandle, client: tuple[Any, Any]
+) -> None:
+    """FORCE_CPU_ONLY_INPUT_TENSORS "no": the model sees a GPU tensor over the client's
+    region and returns it; into a CUDA region it goes device to device (no logged host copy),
+    over the socket it is copied to the host once."""
+    mod, connection = client
+    values = np.arange(32, dtype=np.float32) - 7.5
+    inp, out = StandinDeviceBuffer(values.nbytes), StandinDeviceBuffer(values.nbytes)
+    try:
+        inp.write(values.tobytes())
+        connection.register_cuda_shared_memory("gpu_in", inp.raw_handle, 0, values.nbytes)
+        connection.register_cuda_shared_memory("gpu_out", out.raw_handle, 0, values.nbytes)
+        tensor = mod.InferInput("INPUT0", [values.size], "FP32")
+        tensor.set_shared_memory("gpu_in", values.nbytes)
+        output = mod.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory("gpu_out", values.nbytes)
+        copies = server.log().count(HOST_COPY)
+        connection.infer("python_gpu", [tensor], outputs=[output])
+        assert out.read(values.nbytes) == values.tobytes()
+        assert server.log().count(HOST_COPY) == copies
+        answer = connection.infer("python_gpu", [tensor])
+        assert answer.as_numpy("OUTPUT0").tolist() == values.tolist()
+        assert server.log().count(HOST_COPY) == copies + 1
+    finally:
+        inp.close()
+        out.close()

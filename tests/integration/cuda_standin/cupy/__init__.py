@@ -3,8 +3,9 @@
 Put on the *server's* PYTHONPATH only (tests/integration/test_cuda_shm_standin.py): it
 plays one CUDA device whose memory is POSIX shared memory. An "IPC handle" is the name of a
 shared-memory object, NUL-padded to 64 bytes, which the client creates with
-tritonclient.utils.shared_memory; "opening" it maps the object, ``memcpy`` is ``memmove``
-and pinned memory is ordinary memory. Everything the server does around those calls (the
+tritonclient.utils.shared_memory; "opening" it maps the object, ``memcpy`` is ``memmove``,
+pinned memory is ordinary memory, and ``asarray`` of device memory exports it through DLPack
+labelled as CUDA memory. Everything the server does around those calls (the
 HTTP and gRPC registration, status, device tensors, staging, writes into the region) runs
 as it would on a GPU. tests/gpu runs the same paths against real CUDA.
 """
@@ -104,6 +105,43 @@ class _MemoryPool:
 
     def total_bytes(self) -> int:
         return self._used
+
+
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+_KDL_CUDA = 2
+_DEVICE_TYPE_OFFSET = ctypes.sizeof(ctypes.c_void_p)  # DLTensor: void* data, then DLDevice
+
+
+class _DeviceView:
+    """What ``asarray`` gives for an object with ``__cuda_array_interface__``: it exports
+    the same memory through DLPack, labelled as CUDA memory (a legacy capsule)."""
+
+    def __init__(self, source: Any) -> None:
+        import numpy as np
+
+        interface = source.__cuda_array_interface__
+        dtype = np.dtype(interface["typestr"])
+        count = 1
+        for dim in interface["shape"]:
+            count *= int(dim)
+        raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(interface["data"][0])
+        self._array = np.frombuffer(raw, dtype).reshape(interface["shape"])
+        self._source = source
+
+    def __dlpack__(self, *, stream: Any = None, **_: object) -> Any:
+        capsule = self._array.__dlpack__()
+        managed = _capsule_pointer(capsule, b"dltensor")
+        ctypes.c_int32.from_address(managed + _DEVICE_TYPE_OFFSET).value = _KDL_CUDA
+        return capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_KDL_CUDA, 0)
+
+
+def asarray(source: Any) -> _DeviceView:
+    return _DeviceView(source)
 
 
 cuda = SimpleNamespace(
