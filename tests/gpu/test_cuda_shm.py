@@ -33,8 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 import framework_models as fm
 from harness import (
+    HOST_COPY_LOG,
+    PYTHON_GPU_INPUTS_CONFIG,
     TEST_MODELS_REPOSITORY,
     ServerHandle,
+    cuda_shm_regions,
     find_perf_analyzer,
     run_pytriton_server,
 )
@@ -131,20 +134,6 @@ def client(server: ServerHandle, request: pytest.FixtureRequest) -> Iterator[Any
     connection.close()
 
 
-def _regions(mod: Any, connection: Any) -> list[dict[str, Any]]:
-    if mod is httpclient:
-        return list(connection.get_cuda_shared_memory_status())
-    answer = connection.get_cuda_shared_memory_status(as_json=True).get("regions", {})
-    return [
-        {
-            "name": r["name"],
-            "device_id": int(r.get("device_id", 0)),
-            "byte_size": int(r["byte_size"]),
-        }
-        for _, r in sorted(answer.items())
-    ]
-
-
 def test_the_server_stages_through_pinned_memory(server: ServerHandle) -> None:
     assert "pinned memory pool: " in server.log(), server.log()
 
@@ -172,7 +161,7 @@ def test_round_trip_through_cuda_shared_memory(
         inp.write(data)
         connection.register_cuda_shared_memory("cuda_in", inp.raw_handle, 0, len(data))
         connection.register_cuda_shared_memory("cuda_out", out.raw_handle, 0, len(data))
-        assert _regions(mod, connection) == [
+        assert cuda_shm_regions(connection) == [
             {"name": "cuda_in", "device_id": 0, "byte_size": len(data)},
             {"name": "cuda_out", "device_id": 0, "byte_size": len(data)},
         ]
@@ -183,9 +172,9 @@ def test_round_trip_through_cuda_shared_memory(
         connection.infer(model, [tensor], outputs=[output])
         assert out.read(len(data)) == data
         connection.unregister_cuda_shared_memory("cuda_in")
-        assert [r["name"] for r in _regions(mod, connection)] == ["cuda_out"]
+        assert [r["name"] for r in cuda_shm_regions(connection)] == ["cuda_out"]
         connection.unregister_cuda_shared_memory()
-        assert _regions(mod, connection) == []
+        assert cuda_shm_regions(connection) == []
     finally:
         inp.close()
         out.close()
@@ -213,7 +202,6 @@ def test_ranges_outside_a_cuda_region_are_refused(client: tuple[Any, Any]) -> No
 
 # ----------------------------------------------------------------- GPU backends, in place
 
-HOST_COPY = "device tensor copied to the host"
 ROWS = 3  # rows per request
 GPU_MODELS = {  # name -> (backend, input, output, model file)
     "onnx_gpu": ("onnxruntime", "X", "Y", "model.onnx"),
@@ -255,13 +243,6 @@ dynamic_batching {{ max_queue_delay_microseconds: 50000 }}
 
 
 # A Python model that takes its input on the GPU and returns a GPU tensor (cupy, DLPack).
-PYTHON_GPU_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
-output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
-parameters: { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
-"""
 PYTHON_GPU_MODEL = """
 import cupy
 import triton_python_backend_utils as pb_utils
@@ -303,7 +284,7 @@ def gpu_server(
     # The Python identity model beside them: a CPU backend, which must copy to the host.
     shutil.copytree(TEST_MODELS_REPOSITORY / "dtype_fp32", repository / "dtype_fp32")
     (repository / "python_gpu" / "1").mkdir(parents=True)
-    (repository / "python_gpu" / "config.pbtxt").write_text(PYTHON_GPU_CONFIG)
+    (repository / "python_gpu" / "config.pbtxt").write_text(PYTHON_GPU_INPUTS_CONFIG)
     (repository / "python_gpu" / "1" / "model.py").write_text(PYTHON_GPU_MODEL)
     with run_pytriton_server(
         repository,
@@ -329,7 +310,7 @@ def _reference(name: str, x: np.ndarray) -> np.ndarray:
 
 
 def _host_copies(server: ServerHandle) -> int:
-    return server.log().count(HOST_COPY)
+    return server.log().count(HOST_COPY_LOG)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -345,3 +346,34 @@ DTYPE_CASES: dict[str, np.ndarray] = {
     "BF16": np.array([[-1.5, 0.0, 256.0]], ml_dtypes.bfloat16),
     "BYTES": np.array([[b"", b"\x00\xffbinary", "snow \u2603".encode()]], np.object_),
 }
+
+
+# ------------------------------------------------------------------ CUDA shared memory
+
+# What the server logs (--log-verbose=1) for each device -> host copy of a tensor.
+HOST_COPY_LOG = "device tensor copied to the host"
+
+# A Python model whose inputs in CUDA shared memory arrive as GPU tensors.
+PYTHON_GPU_INPUTS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+parameters: { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
+"""
+
+
+def cuda_shm_regions(connection: Any) -> list[dict[str, Any]]:
+    """The CUDA shared-memory status as a list of {name, device_id, byte_size}, from a
+    tritonclient HTTP or gRPC client (gRPC answers a JSON map keyed by name)."""
+    if type(connection).__module__.startswith("tritonclient.http"):
+        return list(connection.get_cuda_shared_memory_status())
+    answer = connection.get_cuda_shared_memory_status(as_json=True)
+    return [
+        {
+            "name": r["name"],
+            "device_id": int(r.get("device_id", 0)),
+            "byte_size": int(r["byte_size"]),
+        }
+        for _, r in sorted(answer.get("regions", {}).items())
+    ]

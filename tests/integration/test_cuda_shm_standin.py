@@ -27,22 +27,22 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from harness import DTYPE_CASES, TEST_MODELS_REPOSITORY, ServerHandle, run_pytriton_server
+from harness import (
+    DTYPE_CASES,
+    HOST_COPY_LOG,
+    PYTHON_GPU_INPUTS_CONFIG,
+    TEST_MODELS_REPOSITORY,
+    ServerHandle,
+    cuda_shm_regions,
+    run_pytriton_server,
+)
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 STANDIN = Path(__file__).resolve().parent / "cuda_standin"
 PROTOCOLS = ("http", "grpc")
-HOST_COPY = "device tensor copied to the host"
 
 
 # GPU inputs (FORCE_CPU_ONLY_INPUT_TENSORS "no") returned as they are: GPU outputs.
-PYTHON_GPU_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
-output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
-parameters: { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
-"""
 PYTHON_GPU_MODEL = """
 import triton_python_backend_utils as pb_utils
 
@@ -71,7 +71,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             ignore=shutil.ignore_patterns("__pycache__"),
         )
     (repository / "python_gpu" / "1").mkdir(parents=True)
-    (repository / "python_gpu" / "config.pbtxt").write_text(PYTHON_GPU_CONFIG)
+    (repository / "python_gpu" / "config.pbtxt").write_text(PYTHON_GPU_INPUTS_CONFIG)
     (repository / "python_gpu" / "1" / "model.py").write_text(PYTHON_GPU_MODEL)
     path = os.pathsep.join(p for p in (str(STANDIN), os.environ.get("PYTHONPATH", "")) if p)
     with run_pytriton_server(
@@ -111,20 +111,6 @@ def client(server: ServerHandle, request: pytest.FixtureRequest) -> Iterator[tup
     connection.close()
 
 
-def _regions(mod: Any, connection: Any) -> list[dict[str, Any]]:
-    if mod is httpclient:
-        return list(connection.get_cuda_shared_memory_status())
-    answer = connection.get_cuda_shared_memory_status(as_json=True).get("regions", {})
-    return [
-        {
-            "name": r["name"],
-            "device_id": int(r.get("device_id", 0)),
-            "byte_size": int(r["byte_size"]),
-        }
-        for _, r in sorted(answer.items())
-    ]
-
-
 def test_the_server_sees_the_standin_gpu(server: ServerHandle) -> None:
     assert "pinned memory pool: " in server.log(), server.log()
 
@@ -140,12 +126,12 @@ def test_every_datatype_in_and_out_of_cuda_regions(
     else:
         data = array.tobytes()
     inp, out = StandinDeviceBuffer(len(data)), StandinDeviceBuffer(len(data))
-    copies = server.log().count(HOST_COPY)
+    copies = server.log().count(HOST_COPY_LOG)
     try:
         inp.write(data)
         connection.register_cuda_shared_memory("cuda_in", inp.raw_handle, 0, len(data))
         connection.register_cuda_shared_memory("cuda_out", out.raw_handle, 0, len(data))
-        assert _regions(mod, connection) == [
+        assert cuda_shm_regions(connection) == [
             {"name": "cuda_in", "device_id": 0, "byte_size": len(data)},
             {"name": "cuda_out", "device_id": 0, "byte_size": len(data)},
         ]
@@ -159,11 +145,11 @@ def test_every_datatype_in_and_out_of_cuda_regions(
         # A Python model reads its input on the host: one device -> host copy, logged
         # (BYTES inputs are read on the host from the start).
         expected_copies = copies + (0 if datatype == "BYTES" else 1)
-        assert server.log().count(HOST_COPY) == expected_copies
+        assert server.log().count(HOST_COPY_LOG) == expected_copies
         connection.unregister_cuda_shared_memory("cuda_in")
-        assert [r["name"] for r in _regions(mod, connection)] == ["cuda_out"]
+        assert [r["name"] for r in cuda_shm_regions(connection)] == ["cuda_out"]
         connection.unregister_cuda_shared_memory()
-        assert _regions(mod, connection) == []
+        assert cuda_shm_regions(connection) == []
     finally:
         inp.close()
         out.close()
@@ -250,13 +236,13 @@ def test_a_python_model_gets_gpu_inputs_and_returns_gpu_outputs(
         tensor.set_shared_memory("gpu_in", values.nbytes)
         output = mod.InferRequestedOutput("OUTPUT0")
         output.set_shared_memory("gpu_out", values.nbytes)
-        copies = server.log().count(HOST_COPY)
+        copies = server.log().count(HOST_COPY_LOG)
         connection.infer("python_gpu", [tensor], outputs=[output])
         assert out.read(values.nbytes) == values.tobytes()
-        assert server.log().count(HOST_COPY) == copies
+        assert server.log().count(HOST_COPY_LOG) == copies
         answer = connection.infer("python_gpu", [tensor])
         assert answer.as_numpy("OUTPUT0").tolist() == values.tolist()
-        assert server.log().count(HOST_COPY) == copies + 1
+        assert server.log().count(HOST_COPY_LOG) == copies + 1
     finally:
         inp.close()
         out.close()
