@@ -37,9 +37,10 @@ from harness import (
     PYTHON_GPU_INPUTS_CONFIG,
     TEST_MODELS_REPOSITORY,
     ServerHandle,
-    cuda_shm_regions,
+    cuda_shm_round_trip,
     find_perf_analyzer,
     run_pytriton_server,
+    wire_bytes,
 )
 
 
@@ -69,7 +70,7 @@ import concurrent.futures  # noqa: E402
 import cupy  # noqa: E402 - only once a GPU and cupy are known to be there
 import tritonclient.grpc as grpcclient  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
-from tritonclient.utils import InferenceServerException, serialize_byte_tensor  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
 
 try:
     import tritonclient.utils.cuda_shared_memory as cudashm
@@ -154,27 +155,12 @@ def test_round_trip_through_cuda_shared_memory(
     client: tuple[Any, Any], model: str, datatype: str, array: np.ndarray
 ) -> None:
     mod, connection = client
-    data = bytes(serialize_byte_tensor(array).item()) if datatype == "BYTES" else array.tobytes()
+    data = wire_bytes(array)
     inp = DeviceRegion("cuda_in", len(data))
     out = DeviceRegion("cuda_out", len(data))
     try:
         inp.write(data)
-        connection.register_cuda_shared_memory("cuda_in", inp.raw_handle, 0, len(data))
-        connection.register_cuda_shared_memory("cuda_out", out.raw_handle, 0, len(data))
-        assert cuda_shm_regions(connection) == [
-            {"name": "cuda_in", "device_id": 0, "byte_size": len(data)},
-            {"name": "cuda_out", "device_id": 0, "byte_size": len(data)},
-        ]
-        tensor = mod.InferInput("INPUT0", list(array.shape), datatype)
-        tensor.set_shared_memory("cuda_in", len(data))
-        output = mod.InferRequestedOutput("OUTPUT0")
-        output.set_shared_memory("cuda_out", len(data))
-        connection.infer(model, [tensor], outputs=[output])
-        assert out.read(len(data)) == data
-        connection.unregister_cuda_shared_memory("cuda_in")
-        assert [r["name"] for r in cuda_shm_regions(connection)] == ["cuda_out"]
-        connection.unregister_cuda_shared_memory()
-        assert cuda_shm_regions(connection) == []
+        cuda_shm_round_trip(mod, connection, model, datatype, array, inp, out)
     finally:
         inp.close()
         out.close()

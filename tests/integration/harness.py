@@ -377,3 +377,38 @@ def cuda_shm_regions(connection: Any) -> list[dict[str, Any]]:
         }
         for _, r in sorted(answer.get("regions", {}).items())
     ]
+
+
+def wire_bytes(array: np.ndarray) -> bytes:
+    """The binary form of a tensor (spec §0.3), as it lies in shared memory."""
+    if array.dtype == np.object_:
+        from tritonclient.utils import serialize_byte_tensor
+
+        return bytes(serialize_byte_tensor(array).item())
+    return np.ascontiguousarray(array).tobytes()
+
+
+def cuda_shm_round_trip(
+    mod: Any, connection: Any, model: str, datatype: str, array: np.ndarray, inp: Any, out: Any
+) -> None:
+    """Register the client device buffers ``inp`` (holding ``array``'s binary form) and
+    ``out`` (objects with ``raw_handle`` and ``read``), infer ``model`` with INPUT0 and
+    OUTPUT0 in them, check the output's bytes and the status, and unregister one, then all."""
+    nbytes = len(wire_bytes(array))
+    connection.register_cuda_shared_memory("cuda_in", inp.raw_handle, 0, nbytes)
+    connection.register_cuda_shared_memory("cuda_out", out.raw_handle, 0, nbytes)
+    assert cuda_shm_regions(connection) == [
+        {"name": "cuda_in", "device_id": 0, "byte_size": nbytes},
+        {"name": "cuda_out", "device_id": 0, "byte_size": nbytes},
+    ]
+    tensor = mod.InferInput("INPUT0", list(array.shape), datatype)
+    tensor.set_shared_memory("cuda_in", nbytes)
+    output = mod.InferRequestedOutput("OUTPUT0")
+    output.set_shared_memory("cuda_out", nbytes)
+    answer = connection.infer(model, [tensor], outputs=[output])
+    assert answer.get_output("OUTPUT0") is not None
+    assert out.read(nbytes) == wire_bytes(array)
+    connection.unregister_cuda_shared_memory("cuda_in")
+    assert [r["name"] for r in cuda_shm_regions(connection)] == ["cuda_out"]
+    connection.unregister_cuda_shared_memory()
+    assert cuda_shm_regions(connection) == []

@@ -33,10 +33,11 @@ from harness import (
     PYTHON_GPU_INPUTS_CONFIG,
     TEST_MODELS_REPOSITORY,
     ServerHandle,
-    cuda_shm_regions,
+    cuda_shm_round_trip,
     run_pytriton_server,
+    wire_bytes,
 )
-from tritonclient.utils import InferenceServerException, serialize_byte_tensor
+from tritonclient.utils import InferenceServerException
 
 STANDIN = Path(__file__).resolve().parent / "cuda_standin"
 PROTOCOLS = ("http", "grpc")
@@ -121,35 +122,16 @@ def test_every_datatype_in_and_out_of_cuda_regions(
 ) -> None:
     mod, connection = client
     array = DTYPE_CASES[datatype]
-    if datatype == "BYTES":
-        data = bytes(serialize_byte_tensor(array).item())
-    else:
-        data = array.tobytes()
+    data = wire_bytes(array)
     inp, out = StandinDeviceBuffer(len(data)), StandinDeviceBuffer(len(data))
     copies = server.log().count(HOST_COPY_LOG)
     try:
         inp.write(data)
-        connection.register_cuda_shared_memory("cuda_in", inp.raw_handle, 0, len(data))
-        connection.register_cuda_shared_memory("cuda_out", out.raw_handle, 0, len(data))
-        assert cuda_shm_regions(connection) == [
-            {"name": "cuda_in", "device_id": 0, "byte_size": len(data)},
-            {"name": "cuda_out", "device_id": 0, "byte_size": len(data)},
-        ]
-        tensor = mod.InferInput("INPUT0", list(array.shape), datatype)
-        tensor.set_shared_memory("cuda_in", len(data))
-        output = mod.InferRequestedOutput("OUTPUT0")
-        output.set_shared_memory("cuda_out", len(data))
-        answer = connection.infer(f"dtype_{datatype.lower()}", [tensor], outputs=[output])
-        assert answer.get_output("OUTPUT0") is not None
-        assert out.read(len(data)) == data
+        cuda_shm_round_trip(mod, connection, f"dtype_{datatype.lower()}", datatype, array, inp, out)
         # A Python model reads its input on the host: one device -> host copy, logged
         # (BYTES inputs are read on the host from the start).
         expected_copies = copies + (0 if datatype == "BYTES" else 1)
         assert server.log().count(HOST_COPY_LOG) == expected_copies
-        connection.unregister_cuda_shared_memory("cuda_in")
-        assert [r["name"] for r in cuda_shm_regions(connection)] == ["cuda_out"]
-        connection.unregister_cuda_shared_memory()
-        assert cuda_shm_regions(connection) == []
     finally:
         inp.close()
         out.close()

@@ -30,9 +30,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from harness import DTYPE_CASES, TEST_MODELS_REPOSITORY, ServerHandle, run_pytriton_server
+from harness import (
+    DTYPE_CASES,
+    TEST_MODELS_REPOSITORY,
+    ServerHandle,
+    run_pytriton_server,
+    wire_bytes,
+)
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException, serialize_byte_tensor
+from tritonclient.utils import InferenceServerException
 
 from pytriton_core.memory import CLIENT_SHM_DISABLED
 
@@ -128,13 +134,6 @@ def client_region(byte_size: int, name: str = "") -> Iterator[tuple[Any, str, st
         shm.destroy_shared_memory_region(handle)
 
 
-def _wire_bytes(array: np.ndarray) -> bytes:
-    """The binary form of a tensor (spec §0.3), as it lies in shared memory."""
-    if array.dtype == np.object_:
-        return bytes(serialize_byte_tensor(array).item())
-    return np.ascontiguousarray(array).tobytes()
-
-
 def _write(handle: Any, data: bytes, offset: int = 0) -> None:
     shm.set_shared_memory_region(handle, [np.frombuffer(data, np.uint8)], offset=offset)
 
@@ -178,7 +177,7 @@ def test_every_datatype_round_trips_through_shared_memory(
     client: Client, protocol: str, datatype: str
 ) -> None:
     array = DTYPE_CASES[datatype]
-    data = _wire_bytes(array)
+    data = wire_bytes(array)
     out_offset = 64 + len(data)  # the output after the input, in the same region
     with client_region(2 * out_offset) as (handle, name, key):
         _write(handle, data, offset=64)

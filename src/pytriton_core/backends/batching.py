@@ -32,6 +32,7 @@ import numpy as np
 
 from pytriton_core import types
 from pytriton_core._native.batching import BufferPool, gather_batch, scatter_batch
+from pytriton_core.backends.base import ModelLocation
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
 from pytriton_core.core.statistics import ComputeTiming
@@ -140,6 +141,31 @@ class BatchRunner:
         self._staging = staging
         self._device_id = device_id
         self._device_pools = device_pools if device_pools is not None else DevicePools({})
+
+    @classmethod
+    def for_instance(
+        cls, io: ModelIO, location: ModelLocation, gpu: int | None = None
+    ) -> BatchRunner:
+        """The runner of a framework instance: on the CPU, or on GPU ``gpu``, where batches
+        gather into the server's staging pool and device inputs on the device."""
+        if gpu is None:
+            return cls(io, location.name)
+        return cls(
+            io,
+            location.name,
+            staging=location.host_staging,
+            device_id=gpu,
+            device_pools=location.device_pools,
+        )
+
+    @property
+    def staging(self) -> StagingPool | None:
+        """The host staging pool of a GPU instance (None on the CPU)."""
+        return self._staging
+
+    @property
+    def device_pools(self) -> DevicePools:
+        return self._device_pools
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming, run: RunBatch

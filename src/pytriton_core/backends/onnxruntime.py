@@ -243,14 +243,8 @@ class OnnxRuntimeInstance(BackendInstance):
         if shrink:
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrink)
         self._on_gpu = spec.kind == "GPU"
-        location = model.location
-        self._staging = location.host_staging if self._on_gpu else None
-        self._runner = BatchRunner(
-            model.io,
-            location.name,
-            staging=self._staging,
-            device_id=spec.device_id if self._on_gpu else None,
-            device_pools=location.device_pools,
+        self._runner = BatchRunner.for_instance(
+            model.io, model.location, spec.device_id if self._on_gpu else None
         )
 
     def execute(
@@ -303,7 +297,7 @@ class OnnxRuntimeInstance(BackendInstance):
                     datatype.numpy_dtype,
                     device,
                     value,  # keeps the device memory
-                    self._staging,
+                    self._runner.staging,
                 )
             else:
                 outputs[name] = value.numpy()

@@ -131,14 +131,8 @@ class PyTorchInstance(BackendInstance):
         module.eval()
         self._module = module
         self._dict_input, self._input_order = _input_layout(module, model)
-        on_gpu = spec.kind == "GPU"
-        self._staging = model.location.host_staging if on_gpu else None
-        self._runner = BatchRunner(
-            model.io,
-            model.location.name,
-            staging=self._staging,
-            device_id=spec.device_id if on_gpu else None,
-            device_pools=model.location.device_pools,
+        self._runner = BatchRunner.for_instance(
+            model.io, model.location, spec.device_id if spec.kind == "GPU" else None
         )
         # OpenMP keeps the thread count per calling thread: set it in this worker thread
         # (create_instance and execute run in it), or torch uses every core here.
@@ -172,7 +166,7 @@ class PyTorchInstance(BackendInstance):
                     )
                 value = values[index]
                 if name in batch.device_outputs and value.is_cuda:
-                    outputs[name] = _device_array(value, self._staging)
+                    outputs[name] = _device_array(value, self._runner.staging)
                     left_on_device = True
                 else:
                     outputs[name] = _to_numpy(value)

@@ -45,7 +45,7 @@ from pytriton_core.errors import (
     InvalidArgumentError,
     UnsupportedError,
 )
-from pytriton_core.memory.device import DeviceArray, DevicePools
+from pytriton_core.memory.device import DeviceArray
 
 log = logging.getLogger(__name__)
 
@@ -215,14 +215,8 @@ class TensorRtInstance(BackendInstance):
             if t.datatype is not None
         }
         self._profile = 0
-        location = model.location
-        self._staging = location.host_staging
-        self._pools = location.device_pools or DevicePools({})
-        # TensorRT always runs on the GPU: batches gather into the (pinned) staging pool,
-        # or on the device when their inputs are there already.
-        self._runner = BatchRunner(
-            model.io, name, staging=self._staging, device_id=device, device_pools=self._pools
-        )
+        # TensorRT always runs on the GPU.
+        self._runner = BatchRunner.for_instance(model.io, model.location, device)
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
@@ -291,7 +285,7 @@ class TensorRtInstance(BackendInstance):
                 out = device_outputs[name]
                 if name in batch.device_outputs:
                     results[name] = DeviceArray(
-                        out.data.ptr, out.shape, out.dtype, self._device, out, self._staging
+                        out.data.ptr, out.shape, out.dtype, self._device, out, self._runner.staging
                     )
                 else:
                     results[name] = out.get(stream=stream)
@@ -302,21 +296,19 @@ class TensorRtInstance(BackendInstance):
     def _empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         """A cupy array over memory from the server's CUDA memory pool."""
         nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
-        return cp.ndarray(shape, dtype=dtype, memptr=self._pools.allocate(self._device, nbytes))
+        return cp.ndarray(
+            shape, dtype=dtype, memptr=self._runner.device_pools.allocate(self._device, nbytes)
+        )
 
     def _input_address(self, batch: Batch, name: str, keep: list[Any]) -> int:
-        """Where TensorRT reads an input: a device input in place when its datatype is the
-        engine's, else a copy on the device (host -> device, on the stream)."""
-        dtype = self._dtypes[name]
+        """Where TensorRT reads an input: a device input in place (its datatype is the
+        engine's: the config was checked against the engine at load), else a copy on the
+        device (host -> device, on the stream)."""
         on_device = batch.device_inputs.get(name)
         if on_device is not None:
-            if on_device.dtype == dtype:
-                keep.append(on_device)
-                return on_device.pointer
-            host = on_device.to_host()
-        else:
-            host = batch.inputs[name]
-        host = np.ascontiguousarray(host, dtype=dtype)
+            keep.append(on_device)
+            return on_device.pointer
+        host = np.ascontiguousarray(batch.inputs[name], dtype=self._dtypes[name])
         device = self._empty(host.shape, host.dtype)
         device.set(host, stream=self._stream)
         keep.extend((device, host))

@@ -85,8 +85,8 @@ class CudaSharedMemoryRegion:
     def device_array(
         self, offset: int, byte_size: int, dtype: np.dtype[Any], shape: tuple[int, ...]
     ) -> DeviceArray:
-        """The checked range as a device tensor of ``shape`` (no copy); it keeps the region
-        open. The caller has checked that ``byte_size`` is what ``shape`` needs."""
+        """The checked range seen as a device tensor of ``shape`` (no copy; the caller
+        compares ``byte_size`` with what ``shape`` needs); it keeps the region open."""
         self.check(offset, byte_size)
         return DeviceArray(self.pointer + offset, shape, dtype, self.device_id, self, self._staging)
 

@@ -198,16 +198,15 @@ class SharedMemoryManager:
         a tensor left on the device for a CUDA region (BYTES elements are read on the host)."""
         region = self.find(ref.region)
         if isinstance(region, cuda_shm.CudaSharedMemoryRegion) and not datatype.is_bytes:
-            region.check(ref.offset, ref.byte_size)
-            expected = types.element_count(shape) * datatype.itemsize
-            if ref.byte_size != expected:
-                raise InvalidArgumentError(
-                    f"input byte size mismatch for input '{input_name}' for model "
-                    f"'{model_name}'. Expected {expected}, got {ref.byte_size}"
-                ).with_request_id(request_id)
+            # The range is checked first (its error comes before a size mismatch).
             device = region.device_array(
                 ref.offset, ref.byte_size, datatype.numpy_dtype, tuple(shape)
             )
+            if device.nbytes != ref.byte_size:
+                raise InvalidArgumentError(
+                    f"input byte size mismatch for input '{input_name}' for model "
+                    f"'{model_name}'. Expected {device.nbytes}, got {ref.byte_size}"
+                ).with_request_id(request_id)
             return DeviceTensor(input_name, datatype, device)
         data = region.read(ref.offset, ref.byte_size)
         array = array_from_bytes(

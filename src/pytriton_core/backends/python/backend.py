@@ -29,7 +29,7 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
-from pytriton_core.backends.framework import config_parameters
+from pytriton_core.backends.framework import config_parameters, flag
 from pytriton_core.backends.python import pb_utils
 from pytriton_core.config import config_from_json, config_to_json_dict
 from pytriton_core.core.request import InferenceRequest
@@ -120,8 +120,8 @@ class PythonModel(BackendModel):
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(dict(config_json))
         self._output_names = [o["name"] for o in config_json.get("output", ())]
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
-        force_cpu = config_parameters(config_json).get("FORCE_CPU_ONLY_INPUT_TENSORS", "yes")
-        self.gpu_inputs = force_cpu.strip().lower() in ("no", "false", "0", "off")
+        force_cpu = config_parameters(config_json).get("FORCE_CPU_ONLY_INPUT_TENSORS")
+        self.gpu_inputs = not flag(force_cpu, default=True)
         if not hasattr(module.TritonPythonModel, "execute"):
             raise InternalError(
                 f"Python model {_model_file(location, config_json)} does not implement "
