@@ -27,9 +27,9 @@ from pytriton_core import config as model_config
 from pytriton_core import proto, types
 from pytriton_core.backends.base import BackendInstance, InstanceSpec, ModelLocation
 from pytriton_core.backends.registry import BackendRegistry
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import Tensor
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import Tensor
 
 FP32 = types.BY_WIRE_NAME["FP32"]
 

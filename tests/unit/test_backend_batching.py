@@ -20,10 +20,10 @@ from pytriton_core.backends.framework import (
     default_max_batch_size,
     flag,
 )
-from pytriton_core.core.request import InferenceRequest, RequestedOutput
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import Tensor
 from pytriton_core.errors import InternalError, ModelConfigError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import Tensor
 from pytriton_core.memory.pinned import StagingPool
 
 FP32 = types.BY_WIRE_NAME["FP32"]

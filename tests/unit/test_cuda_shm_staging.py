@@ -25,9 +25,9 @@ import pytest
 
 from pytriton_core import types
 from pytriton_core.backends.batching import BatchRunner, ModelIO
-from pytriton_core.core.request import InferenceRequest, RequestedOutput
-from pytriton_core.core.tensor import DeviceTensor, Tensor
 from pytriton_core.errors import InternalError, InvalidArgumentError, ServerError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.memory import SharedMemoryManager, ShmReference, StagingPool, cuda_shm
 from pytriton_core.memory.device import DeviceArray, DevicePools
 

@@ -18,14 +18,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytriton_core.cli import build_parser, options_from_args
-from pytriton_core.core.statistics import (
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
+from pytriton_core.inference.statistics import (
     ComputeTiming,
     FailureReason,
     Histogram,
     ModelStatistics,
     SlidingSummary,
 )
-from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.logging_settings import LogControl, TritonFormatter
 from pytriton_core.metrics import FAMILIES, MetricsReporter
 from pytriton_core.metrics.exposition import format_value, write_family

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from pytriton_core.backends.base import BackendInstance
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.warmup import run_warmup, warmup_samples
 from pytriton_core.errors import InternalError, InvalidArgumentError, ModelConfigError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.runtime.warmup import run_warmup, warmup_samples
 
 
 def _config(warmup: list[dict[str, Any]], max_batch_size: int = 4) -> dict[str, Any]:

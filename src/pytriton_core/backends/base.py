@@ -21,9 +21,9 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 

@@ -33,11 +33,11 @@ import numpy as np
 from pytriton_core import types
 from pytriton_core._native.batching import BufferPool, gather_batch, scatter_batch
 from pytriton_core.backends.base import ModelLocation
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import DeviceTensor, Tensor
 from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.memory.device import DeviceArray, DevicePools
 from pytriton_core.memory.pinned import StagingPool
 

@@ -39,10 +39,10 @@ from pytriton_core.backends.framework import (
     model_path,
 )
 from pytriton_core.config import config_to_json_dict
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
 from pytriton_core.errors import InternalError, InvalidArgumentError, ModelConfigError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 
 log = logging.getLogger(__name__)
 

@@ -44,10 +44,10 @@ from pytriton_core.backends.base import (
 )
 from pytriton_core.backends.batching import Batch, BatchRunner, ModelIO
 from pytriton_core.backends.framework import config_parameters, flag, model_path
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
 from pytriton_core.errors import InternalError, ModelConfigError, UnsupportedError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.memory.device import DeviceArray
 from pytriton_core.memory.pinned import StagingPool
 

@@ -19,8 +19,6 @@ from pytriton_core import config as model_config
 from pytriton_core import proto
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
 from pytriton_core.backends.registry import BackendRegistry
-from pytriton_core.core.model import Model, ModelState
-from pytriton_core.core.statistics import ModelStatistics
 from pytriton_core.devices import visible_gpu_ids
 from pytriton_core.errors import (
     InvalidArgumentError,
@@ -28,11 +26,13 @@ from pytriton_core.errors import (
     ServerError,
     UnavailableError,
 )
+from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.overrides import OverrideDirectory
 from pytriton_core.repository.scan import ScanResult, scan_repositories
+from pytriton_core.runtime.model import Model, ModelState
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytriton_core.core.request import InferenceRequest
 from pytriton_core.errors import ServerError, UnavailableError
+from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.scheduling.base import Scheduler
 
 RejectRequest = Callable[[InferenceRequest, ServerError], None]

@@ -32,16 +32,16 @@ from pytriton_core.backends.base import (
 from pytriton_core.backends.framework import config_parameters, flag
 from pytriton_core.backends.python import pb_utils
 from pytriton_core.config import config_from_json, config_to_json_dict
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import DeviceTensor, Tensor
 from pytriton_core.errors import (
     ErrorCode,
     InternalError,
     ModelConfigError,
     ServerError,
 )
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import DeviceTensor, Tensor
 
 MODULE_NAME = "triton_python_backend_utils"
 _import_lock = threading.Lock()

@@ -22,12 +22,12 @@ import numpy as np
 
 from pytriton_core import types
 from pytriton_core.backends.base import BackendInstance
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import Tensor
-from pytriton_core.core.tensor_data import array_from_bytes
 from pytriton_core.errors import InternalError, ModelConfigError, ServerError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor_data import array_from_bytes
 
 WARMUP_DIR = "warmup"
 # How long a decoupled model may take to send the final response of a warm-up request.

@@ -19,14 +19,14 @@ from typing import Any
 from google.protobuf.message import Message
 
 from pytriton_core.backends.base import BackendModel, InstanceSpec
-from pytriton_core.core import classification
-from pytriton_core.core.instance import ModelInstance
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming, FailureReason, ModelStatistics
-from pytriton_core.core.validation import TensorSpecs, validate_request
-from pytriton_core.core.warmup import warmup_samples
 from pytriton_core.errors import ErrorCode, ServerError, UnavailableError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
+from pytriton_core.runtime import classification
+from pytriton_core.runtime.instance import ModelInstance
+from pytriton_core.runtime.validation import TensorSpecs, validate_request
+from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import create_scheduler
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytriton_core import types
-from pytriton_core.core.request import InferenceRequest
 from pytriton_core.errors import InvalidArgumentError, ServerError
+from pytriton_core.inference.request import InferenceRequest
 
 
 @dataclass(frozen=True, slots=True)
