@@ -106,7 +106,7 @@ def decode_infer_request(
 ) -> DecodedInfer:
     """A core request for ``message``; the model validates it when it is submitted."""
     model = service.model(message.model_name, message.model_version)
-    if unary and model.decoupled:
+    if unary and model.spec.decoupled:
         raise UnsupportedError(
             "ModelInfer RPC doesn't support models with decoupled transaction policy"
         )

@@ -121,7 +121,7 @@ class GrpcInferenceService(SharedMemoryRpcs):
 
     async def model_config(self, request: Any) -> Any:
         response = _message("ModelConfigResponse")()
-        response.config.CopyFrom(self._service.model(request.name, request.version).config)
+        response.config.CopyFrom(self._service.model_config(request.name, request.version))
         return response
 
     async def model_statistics(self, request: Any) -> Any:

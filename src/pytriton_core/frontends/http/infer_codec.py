@@ -330,14 +330,14 @@ def _decode_raw_binary(model: Model, body: Buffer, request: InferenceRequest) ->
     As in Triton, the request's one input is called ``raw_input`` until it is matched to
     the model's input, and it is a batch of one for batching models.
     """
-    specs = model.specs
-    if len(specs.inputs) != 1:
+    inputs = model.spec.inputs
+    if len(inputs) != 1:
         raise InvalidArgumentError(
             f"Raw request must only have 1 input (found 1) to be deduced but got "
-            f"{len(specs.inputs)} inputs in '{model.name}' model configuration"
+            f"{len(inputs)} inputs in '{model.name}' model configuration"
         ).with_request_id(request.id)
-    spec = next(iter(specs.inputs.values()))
-    batch = [1] if specs.max_batch_size > 0 else []
+    spec = next(iter(inputs.values()))
+    batch = [1] if model.spec.batching else []
     if spec.datatype.is_bytes:
         if list(spec.dims) != [1]:
             raise InvalidArgumentError(
