@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
+from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -59,6 +60,9 @@ class InferenceRequest:
     cancelled: bool = False
     final_sent: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
+    # Called on the loop with the execution's timing when the request has run: an
+    # ensemble sums its steps' compute times (Triton's secondary stats aggregator).
+    compute_observer: Callable[[ComputeTiming], None] | None = None
 
     def output_names(self, model_outputs: list[str]) -> list[str]:
         """The names to return, in the model's order when the client named none."""

@@ -19,6 +19,7 @@ from pytriton_core import config as model_config
 from pytriton_core import proto
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
 from pytriton_core.backends.registry import BackendRegistry
+from pytriton_core.config import ensemble
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.devices import visible_gpu_ids
 from pytriton_core.errors import (
@@ -31,8 +32,11 @@ from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.repository import dependencies
+from pytriton_core.repository.model_calls import InProcessCalls
 from pytriton_core.repository.overrides import OverrideDirectory
 from pytriton_core.repository.scan import ScanResult, scan_repositories
+from pytriton_core.runtime.ensemble import EnsembleModel
 from pytriton_core.runtime.model import Model, ModelState
 
 log = logging.getLogger(__name__)
@@ -77,6 +81,13 @@ class ModelManager:
         self._gpu_ids = visible_gpu_ids()
         self._fingerprints: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._override_dirs: dict[str, OverrideDirectory] = {}
+        # Loaded ensembles -> the models their steps use.
+        self._dependencies: dict[str, tuple[str, ...]] = {}
+        # Models loaded by name, not only because an ensemble needs them (Triton's
+        # "explicitly loaded"): unload_dependents leaves these loaded.
+        self._explicit: set[str] = set()
+        # What model code (BLS) calls: handed to every backend with the model's location.
+        self._calls = InProcessCalls(self, loop, options)
 
     # ----------------------------------------------------------------- lookups
 
@@ -165,8 +176,16 @@ class ModelManager:
                         ModelState.UNAVAILABLE, f"model '{name}' not found in any repository"
                     )
                 }
-        errors = await asyncio.gather(*(self._load_locked(name) for name in names))
-        failed = [name for name, error in zip(names, errors, strict=True) if error]
+        self._explicit.update(names)
+        # An ensemble's composing models load first (in explicit mode too: the ensemble
+        # brings them), and models of one wave load side by side.
+        graph = await asyncio.to_thread(self._dependency_graph, names)
+        composing = [d for n in names for d in graph.closure(n) if d in scan.models]
+        names = list(dict.fromkeys([*names, *composing]))
+        failed: list[str] = []
+        for wave in dependencies.load_waves(names, graph.edges):
+            errors = await asyncio.gather(*(self._load_locked(name) for name in wave))
+            failed += [name for name, error in zip(wave, errors, strict=True) if error]
         for name in failed + list(scan.conflicts):
             log.error("failed to load '%s'", name)
         return (
@@ -192,17 +211,43 @@ class ModelManager:
                 raise InvalidArgumentError(
                     f"failed to load '{name}', failed to poll from model repository"
                 )
+        await self._load_composing_models(name, config_override)
         error = await self._load_locked(name, config_override, files)
         if error:
             raise InvalidArgumentError(f"failed to load '{name}': {error}")
+        self._explicit.add(name)
+        await self._recheck_dependents(name)
 
-    async def unload(self, name: str) -> None:
-        """Unload every version of a model; unknown names are ignored, as Triton does."""
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload every version of a model; unknown names are ignored, as Triton does.
+
+        The ensembles that use the model are unloaded first (they cannot serve without it).
+        With ``unload_dependents``, the models an ensemble brought in (loaded for it, not
+        by name) go too once no other loaded ensemble uses them.
+        """
+        for user in reversed(dependencies.dependents(name, self._dependencies)):
+            async with self._lock(user):
+                await self._unload_unlocked(user)
+        composing = dependencies.closure(name, self._dependencies)
         async with self._lock(name):
             await self._unload_unlocked(name)
+        self._explicit.discard(name)
+        if unload_dependents:
+            for model in composing:
+                still_used = any(model in used for used in self._dependencies.values())
+                if model not in self._explicit and not still_used:
+                    async with self._lock(model):
+                        await self._unload_unlocked(model)
 
     async def unload_all(self) -> None:
-        await asyncio.gather(*(self.unload(name) for name in list(self._models)))
+        # Ensembles first, while the models they use still serve their last requests.
+        graph = dependencies.load_waves(list(self._models), self._dependencies)
+        for wave in reversed(graph):
+            await asyncio.gather(*(self._unload_locked(name) for name in wave))
+
+    async def _unload_locked(self, name: str) -> None:
+        async with self._lock(name):
+            await self._unload_unlocked(name)
 
     async def poll_forever(self, interval_s: float) -> None:
         """POLL mode: apply added, changed and removed models every ``interval_s``."""
@@ -218,11 +263,14 @@ class ModelManager:
         for name in sorted(set(self._models) - set(scan.models)):
             log.info("model '%s' removed from the repository: unloading", name)
             await self.unload(name)
-        for name, model_dir in sorted(scan.models.items()):
-            fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
-            if self._fingerprints.get(name) != fingerprint:
-                log.info("model '%s' added or changed: loading", name)
-                await self._load_locked(name)
+        graph = await asyncio.to_thread(self._dependency_graph, sorted(scan.models))
+        for wave in dependencies.load_waves(sorted(scan.models), graph.edges):
+            for name in wave:
+                fingerprint = await asyncio.to_thread(_fingerprint, scan.models[name])
+                if self._fingerprints.get(name) != fingerprint:
+                    log.info("model '%s' added or changed: loading", name)
+                    if not await self._load_locked(name):
+                        await self._recheck_dependents(name)
 
     # ------------------------------------------------------------ loading
 
@@ -283,11 +331,19 @@ class ModelManager:
         loaded: dict[int, Model] = {}
         statuses: dict[int | None, _VersionStatus] = {}
         errors: list[str] = []
+        graph = (
+            await asyncio.to_thread(self._dependency_graph, [name], config)
+            if ensemble.is_ensemble(config)
+            else None
+        )
         for version in versions:
             try:
-                loaded[version] = await asyncio.to_thread(
-                    self._start_version, version, model_dir, config
-                )
+                if graph is not None:
+                    loaded[version] = self._start_ensemble(version, model_dir, config, graph)
+                else:
+                    loaded[version] = await asyncio.to_thread(
+                        self._start_version, version, model_dir, config
+                    )
                 statuses[version] = _VersionStatus(ModelState.READY)
                 log.info("successfully loaded '%s' version %d", name, version)
             except Exception as exc:
@@ -302,12 +358,17 @@ class ModelManager:
         previous = self._models.get(name, {})
         self._models[name] = loaded
         self._status[name] = statuses
+        if graph is not None and loaded:
+            self._dependencies[name] = graph.edges[name]
+        else:
+            self._dependencies.pop(name, None)
         for model in previous.values():
             await model.stop(self._options.exit_timeout_secs)
         return "; ".join(errors) or None
 
     async def _unload_unlocked(self, name: str) -> None:
         versions = self._models.pop(name, {})
+        self._dependencies.pop(name, None)
         statuses = self._status.setdefault(name, {})
         for model in versions.values():
             statuses[model.version] = _VersionStatus(ModelState.UNLOADING)
@@ -321,6 +382,114 @@ class ModelManager:
         override = self._override_dirs.pop(name, None)
         if override is not None:
             override.cleanup()
+
+    # ------------------------------------------------------------ ensembles
+
+    def _dependency_graph(
+        self, names: list[str], config: Message | None = None
+    ) -> dependencies.DependencyGraph:
+        """The ensembles among ``names`` and the models they use (blocking: file reads).
+
+        ``config``: the config ``names[0]`` loads with, when a load request gives one.
+        """
+        overrides = {names[0]: config} if config is not None else None
+        return dependencies.build_graph(
+            names, self._known, self._options.model_config_name, overrides
+        )
+
+    async def _load_composing_models(self, name: str, config: Message | None) -> None:
+        """Load what an ensemble needs first: models not loaded yet or changed on disk.
+
+        A model that fails here is reported by the ensemble's own load.
+        """
+        graph = await asyncio.to_thread(self._dependency_graph, [name], config)
+        for wave in dependencies.load_waves(graph.closure(name), graph.edges):
+            stale = []
+            for model in wave:
+                if model not in self._known:
+                    continue
+                fingerprint = await asyncio.to_thread(_fingerprint, self._known[model])
+                if model not in self._models or self._fingerprints.get(model) != fingerprint:
+                    stale.append(model)
+            await asyncio.gather(*(self._load_locked(model) for model in stale))
+
+    def _composing_specs(self, config: Message) -> dict[str, ModelSpec]:
+        """The specs the steps run on (the latest ready version of each step's model),
+        with Triton's messages when one is missing."""
+        cfg: Any = config
+        name = cfg.name
+        steps = ensemble.composing_models(config)
+        missing = [
+            model
+            for model in dict.fromkeys(m for m, _ in steps)
+            if model not in self._known and model not in self._models
+        ]
+        if missing:
+            raise InvalidArgumentError(
+                f"ensemble {name} contains models that are not available or ambiguous: "
+                + ", ".join(missing)
+            )
+        specs: dict[str, ModelSpec] = {}
+        for model, version in steps:
+            ready = self.ready_versions(model)
+            if not ready:
+                message = f"ensemble '{name}' depends on '{model}' which has no loaded version."
+                reason = next(
+                    (s.reason for s in self._status.get(model, {}).values() if s.reason), ""
+                )
+                if reason and reason != "unloaded":
+                    message += f" Model '{model}' loading failed with error: {reason}"
+                raise InvalidArgumentError(message)
+            if version >= 0 and version not in {m.version for m in ready}:
+                raise InvalidArgumentError(
+                    f"ensemble '{name}' depends on '{model}' whose required version "
+                    f"{version} is not loaded."
+                )
+            specs[model] = ready[-1].spec
+        return specs
+
+    def _start_ensemble(
+        self,
+        version: int,
+        model_dir: Path,
+        config: Message,
+        graph: dependencies.DependencyGraph,
+    ) -> Model:
+        """An ensemble version, checked against its composing models (on the loop)."""
+        cfg: Any = config
+        cycle = dependencies.circular_dependency(cfg.name, graph.edges)
+        if cycle is not None:
+            raise InvalidArgumentError(cycle)
+        composing = self._composing_specs(config)
+        # As Triton does, the config tells whether a decoupled model makes it decoupled.
+        decoupled = ensemble.check_ensemble_steps(ModelSpec.from_config(config, version), composing)
+        cfg.model_transaction_policy.decoupled = decoupled
+        spec = ModelSpec.from_config(config, version)
+        metrics = self._options.metrics if self._options.allow_metrics else None
+        stats = ModelStatistics.create(metrics, spec.histogram_buckets)
+        model = EnsembleModel(spec, config, model_dir, self._loop, self.get, stats)
+        model.start()
+        return model
+
+    async def _recheck_dependents(self, name: str) -> None:
+        """After ``name`` (re)loaded: an ensemble using it that no longer fits it becomes
+        unavailable, and one whose decoupled-ness changed reloads."""
+        for user in dependencies.dependents(name, self._dependencies):
+            current = self.ready_versions(user)
+            if not current:
+                continue
+            try:
+                decoupled = ensemble.check_ensemble_steps(
+                    current[-1].spec, self._composing_specs(current[-1].config)
+                )
+            except ServerError as exc:
+                log.error("failed to load '%s': %s", user, exc.message)
+                async with self._lock(user):
+                    await self._unload_unlocked(user)
+                    self._status[user] = {None: _VersionStatus(ModelState.UNAVAILABLE, exc.message)}
+                continue
+            if decoupled != current[-1].spec.decoupled:
+                await self._load_locked(user)
 
     # ------------------------------------------------------------ internals
 
@@ -360,6 +529,7 @@ class ModelManager:
             global_backend_config=self._options.backend_settings(""),
             host_staging=self._host_staging,
             device_pools=self._device_pools,
+            server=self._calls,
         )
 
     def _start_version(self, version: int, model_dir: Path, config: Message) -> Model:

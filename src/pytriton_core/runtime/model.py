@@ -106,17 +106,7 @@ class Model:
 
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
-        if self.state is not ModelState.READY:
-            raise UnavailableError(
-                f"Request for unknown model: '{self.name}' version {self.version} is not at "
-                "ready state"
-            )
-        # Triton counts no statistics for a request that fails validation.
-        validate_request(request, self.spec)
-        request.loop = self._loop
-        request.queue_start_ns = time.monotonic_ns()
-        if request.trace is not None:
-            self._trace_submit(request)
+        self._admit(request)
         if self.spec.decoupled and self.stats.first_response is not None:
             self._observe_first_response(request)
         try:
@@ -129,6 +119,20 @@ class Model:
         self._in_flight += 1
         if self._release_order is not None:
             self._release_order.append(request)
+
+    def _admit(self, request: InferenceRequest) -> None:
+        """Refuse a request the model cannot take now; start its queue time."""
+        if self.state is not ModelState.READY:
+            raise UnavailableError(
+                f"Request for unknown model: '{self.name}' version {self.version} is not at "
+                "ready state"
+            )
+        # Triton counts no statistics for a request that fails validation.
+        validate_request(request, self.spec)
+        request.loop = self._loop
+        request.queue_start_ns = time.monotonic_ns()
+        if request.trace is not None:
+            self._trace_submit(request)
 
     @property
     def in_flight(self) -> int:
@@ -215,6 +219,8 @@ class Model:
             # An error the model answered with still counts as a successful execution, as
             # Triton counts it; so does a request answered through its response sender.
             stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
+            if request.compute_observer is not None:
+                request.compute_observer(timing)
             if response is None:  # answered through its response sender
                 if self._release_order is not None:
                     self._release_order.remove(request)
