@@ -21,6 +21,7 @@ from typing import Protocol
 
 from google.protobuf.message import Message
 
+from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import ServerError
 from pytriton_core.inference.request import InferenceRequest
@@ -75,6 +76,8 @@ class ModelLocation:
     host_staging: StagingPool | None = None
     # --cuda-memory-pool-byte-size: the device buffers GPU instances allocate themselves.
     device_pools: DevicePools | None = None
+    # The server's custom metric families (pb_utils.MetricFamily): each server has its own.
+    custom_metrics: MetricRegistry | None = None
     # The server itself, for model code that calls other models (BLS).
     server: ServerCalls | None = None
 

@@ -26,13 +26,11 @@ from pytriton_core.errors import CancelledError, InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
-from pytriton_core.runtime.model import Model, ModelState
+from pytriton_core.runtime.model import CANCELLED_MESSAGE, Model, ModelState
 from pytriton_core.scheduling.ensemble import EnsemblePlan, EnsembleRun, StepCall
 
 # Finds the model version a step runs on (the repository's lookup, with its messages).
 ResolveModel = Callable[[str, int], Model]
-
-CANCELLED_MESSAGE = "Request was cancelled"
 
 
 class _NoInstances(BackendModel):
@@ -106,6 +104,7 @@ class EnsembleModel(Model):
             request.deliver(response, final)
 
         run = EnsembleRun(self._plan, request, [t.spec for t in targets], submit_step, deliver)
+        request.on_cancel(run.cancel_steps)
         run.start()
 
     # ------------------------------------------------------------------ steps
@@ -121,7 +120,7 @@ class EnsembleModel(Model):
         """Submit a step request to its model; a refusal raises, or fails the step when
         the step had waited for its turn (``raising=False``)."""
         # Cancellation is checked between steps: a cancelled request starts no more steps.
-        if run.request.cancelled:
+        if run.request.cancelled or call.request.cancelled:
             error: ServerError = CancelledError(CANCELLED_MESSAGE)
             if raising:
                 raise error

@@ -179,6 +179,7 @@ class EnsembleRun:
         }
         self._batch_size = request.batch_size if spec.batching else 0
         self._in_flight = 0
+        self._active: dict[int, StepCall] = {}  # submitted, not answered yet (by id)
         self._response_sent = False
         self._final_sent = False
         self._error_sent = False
@@ -221,6 +222,7 @@ class EnsembleRun:
         """One response of a step request (None: a flag-only final one)."""
         if final:
             self._in_flight -= 1
+            self._active.pop(id(call), None)
         updated: list[tuple[str, int]] = []
         if response is not None:
             if response.error is not None:
@@ -236,6 +238,12 @@ class EnsembleRun:
     def step_failed(self, call: StepCall, error: ServerError) -> None:
         """A step request could not be submitted (or was refused before it ran)."""
         self.step_response(call, InferenceResponse.failed(error), True)
+
+    def cancel_steps(self) -> None:
+        """The ensemble request was cancelled: cancel its step requests in flight (those
+        not started yet never start; the others see it through ``is_cancelled()``)."""
+        for call in list(self._active.values()):
+            call.request.cancel()
 
     def observe_compute(self, timing: ComputeTiming) -> None:
         if not self.done:
@@ -272,6 +280,8 @@ class EnsembleRun:
             except ServerError as exc:
                 self._in_flight -= 1
                 self.fail(exc)
+            else:
+                self._active[id(call)] = call
 
     def _prepare_step(self, step: PlannedStep, iteration: int) -> StepCall:
         request = self.request

@@ -62,12 +62,18 @@ def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
     return location.version_dir / (default_model_filename or "model.py")
 
 
+def _running_model(location: ModelLocation) -> contextlib.AbstractContextManager[None]:
+    """What model code sees while it runs: its folder (``get_model_dir``) and its server's
+    custom metrics."""
+    return pb_utils.model_context(str(location.model_dir), location.custom_metrics)
+
+
 def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
     if not path.is_file():
         raise ModelConfigError(f"unable to find '{path}' for model '{location.name}'")
     _install_pb_utils()
     module_name = f"_pytriton_model_{location.name}_{location.version}"
-    with _import_lock:
+    with _import_lock, _running_model(location):
         # Models import their sibling modules, as they do under Triton's stub.
         if str(location.version_dir) not in sys.path:
             sys.path.append(str(location.version_dir))
@@ -102,7 +108,8 @@ class PythonBackend(Backend):
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
             return
-        completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+        with _running_model(location):
+            completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
         if not isinstance(completed, pb_utils.ModelConfig):
             raise ModelConfigError(
                 f"auto_complete_config function in model '{location.name}' must return a "
@@ -165,10 +172,10 @@ class PythonInstance(BackendInstance):
             caller = Caller(self._key, spec.name)
             self._bridge = BlsBridge(location.server, model.waits, caller, self._staging)
         model.waits.register(self._key, spec.name)
-        self._python_model = model._module.TritonPythonModel()
         self._loop: ModelLoop | None = None
         try:
             with self._scope("initialize"):
+                self._python_model = model._module.TritonPythonModel()
                 initialize = getattr(self._python_model, "initialize", None)
                 if initialize is not None:
                     self._run(initialize(args))
@@ -178,9 +185,10 @@ class PythonInstance(BackendInstance):
 
     @contextlib.contextmanager
     def _scope(self, phase: str, bridge: BlsBridge | None = None) -> Iterator[None]:
-        """What model code sees while a hook runs: its directory and, for BLS, the server."""
+        """What model code sees while a hook runs: its folder, its server's custom metrics
+        and, for BLS, the server."""
         with (
-            pb_utils.model_dir_context(str(self._model._location.model_dir)),
+            _running_model(self._model._location),
             pb_utils.server_context(bridge or self._bridge, phase),
         ):
             yield

@@ -363,7 +363,7 @@ class _ResponseStream:
         """Ask the called model to stop (``request.is_cancelled()`` turns true there)."""
         request = self._answers.request
         if request is not None:
-            request.cancelled = True
+            request.cancel_threadsafe()
 
 
 def _failed(model: str, detail: str) -> str:
