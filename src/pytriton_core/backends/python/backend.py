@@ -314,7 +314,7 @@ class PythonInstance(BackendInstance):
                 )
             )
         error = response.error()
-        parameters = json.loads(response.parameters() or "{}")
+        parameters = dict(response._parameters)
         if error is not None:
             return InferenceResponse(
                 parameters=parameters, error=_server_error(error.code(), error.message())

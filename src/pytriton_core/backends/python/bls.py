@@ -15,8 +15,9 @@ instance).
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -105,42 +106,38 @@ class Caller:
 
 
 class _Answers:
-    """The responses of one BLS request, from the server's loop to whoever waits."""
+    """The responses of one BLS request, from the server's loop to whoever waits.
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queue: deque[InferenceResponse] = deque()
-        self._final = False
+    A blocking caller takes them from a queue; an awaiting caller (``awaiting``) is woken on
+    its own loop once it can go on: at the final response, or at the first one of a stream.
+    """
+
+    def __init__(self, awaiting: asyncio.Future[None] | None = None, stream: bool = False):
+        self._queue: queue.SimpleQueue[InferenceResponse | None] = queue.SimpleQueue()
+        self._awaiting = awaiting
+        self._stream = stream
         self.request: InferenceRequest | None = None
-        self.notify: asyncio.Future[None] | None = None  # set while an awaiter waits
 
     def respond(self, response: InferenceResponse | None, final: bool) -> None:
-        with self._cond:
-            if response is not None:
-                self._queue.append(response)
-            self._final = self._final or final
-            self._cond.notify_all()
-            notify = self.notify
-        if notify is not None:
-            notify.get_loop().call_soon_threadsafe(_resolve, notify)
+        if response is not None:
+            self._queue.put(response)
+        if final:
+            self._queue.put(None)
+        awaiting = self._awaiting
+        if awaiting is not None and (final or self._stream):
+            self._awaiting = None
+            awaiting.get_loop().call_soon_threadsafe(_resolve, awaiting)
+
+    def arrived(self) -> bool:
+        """Whether ``next`` would return at once."""
+        return not self._queue.empty()
 
     def next(self) -> InferenceResponse | None:
         """The next response, waiting for it; None once the final one has been taken."""
-        with self._cond:
-            while not self._queue and not self._final:
-                self._cond.wait()
-            return self._queue.popleft() if self._queue else None
-
-    def ready(self, first_only: bool) -> bool:
-        """Whether an awaiter can go on: the final response came (or, ``first_only``, any)."""
-        with self._cond:
-            return self._final or (first_only and bool(self._queue))
-
-    def take_all(self) -> list[InferenceResponse]:
-        with self._cond:
-            taken = list(self._queue)
-            self._queue.clear()
-            return taken
+        response = self._queue.get()
+        if response is None:
+            self._queue.put(None)  # stays at the end for a later call
+        return response
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -176,11 +173,9 @@ class BlsBridge:
     # ---------------------------------------------------------------- inference
 
     def infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
-        answers, target = self._send(request, decoupled=False)
+        answers, target = self._send(request, _Answers())
         try:
             response = answers.next()
-            while answers.next() is not None:  # a final flag may follow the response
-                pass
         finally:
             self.end_wait(target)
         return self._single(request, response)
@@ -188,25 +183,26 @@ class BlsBridge:
     def infer_decoupled(
         self, request: pb_utils.InferenceRequest
     ) -> Iterator[pb_utils.InferenceResponse]:
-        answers, target = self._send(request, decoupled=True)
+        answers, target = self._send(request, _Answers(stream=True), decoupled=True)
         self.end_wait(target)  # the stream counts as waiting while it is read
         return _ResponseStream(self, answers, target, request)
 
     async def infer_async(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
-        answers, target = self._send(request, decoupled=False)
+        answered = asyncio.get_running_loop().create_future()
+        answers, target = self._send(request, _Answers(answered))
         try:
-            await _until(answers, first_only=False)
+            await answered
         finally:
             self.end_wait(target)
-        responses = answers.take_all()
-        return self._single(request, responses[0] if responses else None)
+        return self._single(request, answers.next())
 
     async def infer_decoupled_async(
         self, request: pb_utils.InferenceRequest
     ) -> Iterator[pb_utils.InferenceResponse]:
-        answers, target = self._send(request, decoupled=True)
+        first = asyncio.get_running_loop().create_future()
+        answers, target = self._send(request, _Answers(first, stream=True), decoupled=True)
         try:
-            await _until(answers, first_only=True)
+            await first
         finally:
             self.end_wait(target)
         return _ResponseStream(self, answers, target, request)
@@ -225,7 +221,7 @@ class BlsBridge:
     # ----------------------------------------------------------------- internals
 
     def _send(
-        self, request: pb_utils.InferenceRequest, decoupled: bool
+        self, request: pb_utils.InferenceRequest, answers: _Answers, decoupled: bool = False
     ) -> tuple[_Answers, ModelKey]:
         """Submit the request, counting the caller as waiting on the target until
         ``_end_wait``; raises what makes ``exec`` answer with an error."""
@@ -247,7 +243,6 @@ class BlsBridge:
                 "models.'"
             )
         target = (spec.name, spec.version)
-        answers = _Answers()
         requested = request.requested_output_names()
         core = InferenceRequest(
             model_name=name,
@@ -317,16 +312,6 @@ class BlsBridge:
             self._waits.end(self._caller.model, self._caller.instance, target)
 
 
-async def _until(answers: _Answers, first_only: bool) -> None:
-    """Wait, without blocking the running loop, until ``answers`` lets the caller go on."""
-    loop = asyncio.get_running_loop()
-    while not answers.ready(first_only):
-        answers.notify = loop.create_future()
-        if not answers.ready(first_only):  # not answered before the future was in place
-            await answers.notify
-    answers.notify = None
-
-
 class _ResponseStream:
     """The responses of a decoupled BLS call, for ``pb_utils.ResponseIterator``."""
 
@@ -346,15 +331,15 @@ class _ResponseStream:
         return self
 
     def __next__(self) -> pb_utils.InferenceResponse:
-        if not self._answers.ready(first_only=True):
-            # Blocking on the stream keeps the instance waiting: refuse a deadlock.
+        if self._answers.arrived():
+            response = self._answers.next()
+        else:
+            # Blocking on the stream keeps the instance waiting: a deadlock is refused.
             self._bridge.begin_wait(self._target, self._request._model_name)
             try:
                 response = self._answers.next()
             finally:
                 self._bridge.end_wait(self._target)
-        else:
-            response = self._answers.next()
         if response is None:
             raise StopIteration
         return self._bridge.to_pb(self._request, response)

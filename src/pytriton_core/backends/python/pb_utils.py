@@ -614,14 +614,26 @@ _server: contextvars.ContextVar[tuple[ServerBridge, str] | None] = contextvars.C
 )
 
 
-@contextlib.contextmanager
-def server_context(bridge: ServerBridge | None, phase: str) -> Iterator[None]:
+class _ServerScope:
+    """``server_context``'s block (a plain class: it wraps every ``execute``)."""
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, value: tuple[ServerBridge, str] | None) -> None:
+        self._value = value
+        self._token: contextvars.Token[tuple[ServerBridge, str] | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _server.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _server.reset(self._token)
+
+
+def server_context(bridge: ServerBridge | None, phase: str) -> _ServerScope:
     """Route BLS and model management to ``bridge`` inside the block (server hook)."""
-    token = _server.set(None if bridge is None else (bridge, phase))
-    try:
-        yield
-    finally:
-        _server.reset(token)
+    return _ServerScope(None if bridge is None else (bridge, phase))
 
 
 def _require_bls() -> ServerBridge:
