@@ -178,10 +178,30 @@ output [ { name: "RESPONSES" data_type: TYPE_INT32 dims: [ 1 ] },
          { name: "TOTAL" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
-# ACTION (load | unload | ready) on the model NAME; READY: is_model_ready afterwards.
+# ACTION (load | load_files | unload | ready) on the model NAME; READY: is_model_ready
+# afterwards. load_files loads NAME from a config and a model.py given with the call.
 MANAGER = """
+import json
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+SOURCE = b'''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("Y", r.inputs()[0].as_numpy() * 3)])
+            for r in requests
+        ]
+'''
+CONFIG = {
+    "backend": "python",
+    "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [4]}],
+    "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [4]}],
+}
 
 
 class TritonPythonModel:
@@ -192,6 +212,9 @@ class TritonPythonModel:
             name = pb_utils.get_input_tensor_by_name(request, "NAME").as_numpy()[0].decode()
             if action == "load":
                 pb_utils.load_model(name)
+            elif action == "load_files":
+                config = json.dumps({"name": name, **CONFIG})
+                pb_utils.load_model(name, config=config, files={"file:1/model.py": SOURCE})
             elif action == "unload":
                 pb_utils.unload_model(name)
             ready = np.array([pb_utils.is_model_ready(name)], np.bool_)
@@ -408,6 +431,11 @@ def test_models_load_and_unload_models(http: httpclient.InferenceServerClient) -
     np.testing.assert_array_equal(http.infer("managed", inputs).as_numpy("OUTPUT0"), a + b)
     assert act("unload", "managed") is False
     assert not http.is_model_ready("managed")
+    # With a config and files of its own: a model that is in no repository.
+    assert act("load_files", "adhoc") is True
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    answer = http.infer("adhoc", [_tensor(httpclient, "X", x)])
+    np.testing.assert_array_equal(answer.as_numpy("Y"), 3 * x)
 
 
 def _depth(client: Any, module: Any, model: str, depth: int) -> Any:
