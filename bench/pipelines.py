@@ -19,6 +19,7 @@ launcher it uses.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import re
 import shutil
@@ -30,6 +31,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.procstats import PROC, sample_tree
 from bench.shm_compare import LOOPBACK, REAL_TRITON_START, ROOT, find_perf_analyzer, serve
 
 ELEMENTS = 16
@@ -119,7 +121,33 @@ class Cell:
     concurrency: int
     throughput: float  # infer/s, median of the rounds
     latency_us: int  # client average, median of the rounds
+    cpu_us: float  # server CPU per request (its whole process tree), median of the rounds
     rounds: list[float]  # each round's infer/s
+
+
+def _server_pid(http_port: int) -> int:
+    """The server process listening on ``http_port`` (found by its command line)."""
+    flag = f"--http-port={http_port}".encode()
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                arguments = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if flag in arguments and b"bash" not in arguments[0]:
+                return int(entry.name)
+    raise RuntimeError(f"no server process with {flag.decode()}")
+
+
+def _successes(http_port: int, model: str) -> int:
+    """The model's successful requests so far (the statistics extension)."""
+    connection = http.client.HTTPConnection(LOOPBACK, http_port, timeout=30)
+    try:
+        connection.request("GET", f"/v2/models/{model}/stats")
+        document = json.loads(connection.getresponse().read())
+    finally:
+        connection.close()
+    return int(document["model_stats"][0]["inference_stats"]["success"]["count"])
 
 
 def _measure(
@@ -162,7 +190,7 @@ def run(
         raise SystemExit("perf_analyzer not found: run tools/install-perf-analyzer.sh")
     out.mkdir(parents=True, exist_ok=True)
     repository = write_repository(Path(tempfile.mkdtemp(prefix="pipelines-")))
-    measured: dict[tuple[str, str, int], list[tuple[float, int]]] = {}
+    measured: dict[tuple[str, str, int], list[tuple[float, int, float]]] = {}
     try:
         with ExitStack() as stack:
             ports = {
@@ -171,19 +199,25 @@ def run(
                 ]
                 for server in servers
             }
+            pids = {server: _server_pid(port) for server, port in ports.items()}
             for number in range(rounds):
                 for concurrency in concurrencies:
                     for server in servers:
                         for model in MODELS:
                             log = out / f"{server}-{model}-c{concurrency}.log"
+                            cpu_before = sample_tree(pids[server]).cpu_s
+                            done_before = _successes(ports[server], model)
                             throughput, latency = _measure(
                                 perf_analyzer, ports[server], model, concurrency, window_ms, log
                             )
+                            served = _successes(ports[server], model) - done_before
+                            cpu = sample_tree(pids[server]).cpu_s - cpu_before
+                            cpu_us = cpu / max(served, 1) * 1e6
                             key = (server, model, concurrency)
-                            measured.setdefault(key, []).append((throughput, latency))
+                            measured.setdefault(key, []).append((throughput, latency, cpu_us))
                             print(
                                 f"round {number + 1}: {server:6} {model:13} c={concurrency}: "
-                                f"{throughput:8.1f} infer/s {latency:7d} us",
+                                f"{throughput:8.1f} infer/s {latency:7d} us {cpu_us:6.0f} us CPU",
                                 flush=True,
                             )
     finally:
@@ -193,9 +227,10 @@ def run(
             server,
             model,
             concurrency,
-            statistics.median(t for t, _ in values),
-            int(statistics.median(latency for _, latency in values)),
-            [t for t, _ in values],
+            statistics.median(t for t, _, _ in values),
+            int(statistics.median(latency for _, latency, _ in values)),
+            statistics.median(cpu for _, _, cpu in values),
+            [t for t, _, _ in values],
         )
         for (server, model, concurrency), values in measured.items()
     ]
@@ -212,8 +247,8 @@ def report(cells: list[Cell], rounds: int, window_ms: int) -> str:
         f"3 x {window_ms} ms windows per cell; figures are the medians of the rounds.",
         "",
         "| concurrency | server | ensemble infer/s | BLS infer/s | ensemble latency (us) "
-        "| BLS latency (us) | BLS / ensemble |",
-        "|---|---|---|---|---|---|---|",
+        "| BLS latency (us) | ensemble CPU (us/req) | BLS CPU (us/req) | BLS / ensemble |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for concurrency in sorted({c.concurrency for c in cells}):
         for server in servers:
@@ -224,20 +259,27 @@ def report(cells: list[Cell], rounds: int, window_ms: int) -> str:
             lines.append(
                 f"| {concurrency} | {names[server]} | {ens.throughput:,.0f} | "
                 f"{bls.throughput:,.0f} | {ens.latency_us} | {bls.latency_us} | "
-                f"{bls.throughput / ens.throughput:.2f} |"
+                f"{ens.cpu_us:.0f} | {bls.cpu_us:.0f} | {bls.throughput / ens.throughput:.2f} |"
             )
     if len(servers) == 2:
-        lines += ["", "| concurrency | ours / Triton, ensemble | ours / Triton, BLS |"]
-        lines += ["|---|---|---|"]
+        lines += [
+            "",
+            "| concurrency | ours / Triton infer/s, ensemble | ours / Triton infer/s, BLS "
+            "| Triton / ours CPU per request, ensemble | Triton / ours CPU per request, BLS |",
+            "|---|---|---|---|---|",
+        ]
         for concurrency in sorted({c.concurrency for c in cells}):
-            row = []
+            speed, cost = [], []
             for model in MODELS:
-                ours, theirs = (
-                    by.get(("ours", model, concurrency)),
-                    by.get(("triton", model, concurrency)),
-                )
-                row.append(f"{ours.throughput / theirs.throughput:.2f}" if ours and theirs else "-")
-            lines.append(f"| {concurrency} | {row[0]} | {row[1]} |")
+                ours = by.get(("ours", model, concurrency))
+                theirs = by.get(("triton", model, concurrency))
+                if ours is None or theirs is None:
+                    speed.append("-")
+                    cost.append("-")
+                    continue
+                speed.append(f"{ours.throughput / theirs.throughput:.2f}")
+                cost.append(f"{theirs.cpu_us / ours.cpu_us:.2f}")
+            lines.append(f"| {concurrency} | {speed[0]} | {speed[1]} | {cost[0]} | {cost[1]} |")
     return "\n".join(lines) + "\n"
 
 
