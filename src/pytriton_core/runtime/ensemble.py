@@ -119,12 +119,15 @@ class EnsembleModel(Model):
     def _dispatch(self, call: StepCall, run: EnsembleRun, target: Model, raising: bool) -> None:
         """Submit a step request to its model; a refusal raises, or fails the step when
         the step had waited for its turn (``raising=False``)."""
-        # Cancellation is checked between steps: a cancelled request starts no more steps.
+        # Cancellation is checked between steps: a cancelled request starts no more steps;
+        # nor does one that failed while this step waited for its turn.
+        refusal: ServerError | None = run.error
         if run.request.cancelled or call.request.cancelled:
-            error: ServerError = CancelledError(CANCELLED_MESSAGE)
+            refusal = CancelledError(CANCELLED_MESSAGE)
+        if refusal is not None:
             if raising:
-                raise error
-            run.step_failed(call, error)
+                raise refusal
+            run.step_failed(call, refusal)
             return
         index = call.step.index
         respond = call.request.on_response
@@ -148,7 +151,7 @@ class EnsembleModel(Model):
     def _release_step(self, index: int) -> None:
         self._step_in_flight[index] -= 1
         waiting = self._step_waiting[index]
-        while waiting and self._step_in_flight[index] < (self._step_limit or 1 << 62):
+        while waiting and self._step_in_flight[index] < self._step_limit:
             call, run, target = waiting.popleft()
             self._dispatch(call, run, target, raising=False)
 
