@@ -39,8 +39,10 @@ class ModelInstance:
         on_batch_done: BatchDone,
         schedule_on_loop: Callable[..., object],
         warmup: Sequence[WarmupSample] = (),
+        model_name: str = "",
     ) -> None:
         self.spec = spec
+        self._model_name = model_name
         self._warmup = warmup
         self._backend_model = backend_model
         self._scheduler = scheduler
@@ -93,6 +95,13 @@ class ModelInstance:
     def _serve(self, backend_instance: BackendInstance) -> None:
         while (batch := self._scheduler.next_batch()) is not None:
             timing = ComputeTiming(start_ns=time.monotonic_ns())
+            if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
+                log.debug(
+                    "model %s, instance %s, executing %d requests",
+                    self._model_name,
+                    self.spec.name,
+                    len(batch),
+                )
             responses: Sequence[InferenceResponse | None] | ServerError
             try:
                 responses = backend_instance.execute(batch, timing)

@@ -98,6 +98,7 @@ class Model:
                     self._batch_done,
                     loop.call_soon_threadsafe,
                     warmup,
+                    model_name=self.name,
                 )
                 instance.start()
                 self._instances.append(instance)
@@ -285,6 +286,13 @@ class Model:
         join_s = max(1.0, deadline - loop.time())
         await asyncio.to_thread(self._join_and_finalize, join_s)
         self.state = ModelState.UNAVAILABLE
+
+    def stop_blocking(self) -> None:
+        """Stop a model that never served (a load that failed after it started): the
+        instances end and the model is finalized. Call from a worker thread."""
+        self.state = ModelState.UNAVAILABLE
+        self._scheduler.stop(len(self._instances))
+        self._join_and_finalize()
 
     def _join_and_finalize(self, timeout_s: float | None = None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

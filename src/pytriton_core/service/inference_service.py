@@ -14,7 +14,6 @@ from typing import Any
 
 from pytriton_core import types
 from pytriton_core._version import __version__
-from pytriton_core.config import config_from_json
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
@@ -206,8 +205,7 @@ class InferenceService:
     ) -> None:
         """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
         self._require_explicit_mode()
-        override = config_from_json(config_json) if config_json else None
-        await self._manager.load(name, override, files)
+        await self._manager.load(name, config_json, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._require_explicit_mode()

@@ -61,7 +61,8 @@ def _model_file(location: ModelLocation, config_json: Mapping[str, Any] | None) 
 
 def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
     if not path.is_file():
-        raise ModelConfigError(f"unable to find '{path}' for model '{location.name}'")
+        # The words of Triton's stub (Triton 2.51 itself then waits forever for the stub).
+        raise InternalError(f"Python model file not found in '{path}'")
     _install_pb_utils()
     module_name = f"_pytriton_model_{location.name}_{location.version}"
     with _import_lock:
@@ -75,9 +76,7 @@ def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
-            raise InternalError(
-                f"failed to load model '{location.name}': {type(exc).__name__}: {exc}"
-            ) from exc
+            raise model_code_error(exc) from exc
     if not hasattr(module, "TritonPythonModel"):
         raise InternalError(
             f"failed to load model '{location.name}': {path} defines no class TritonPythonModel"
@@ -95,7 +94,10 @@ class PythonBackend(Backend):
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
             return
-        completed = hook(pb_utils.ModelConfig(json.dumps(config_json)))
+        try:
+            completed = hook(pb_utils.ModelConfig(json.dumps(config_json)))
+        except Exception as exc:
+            raise model_code_error(exc) from exc
         if not isinstance(completed, pb_utils.ModelConfig):
             raise ModelConfigError(
                 f"auto_complete_config function in model '{location.name}' must return a "
@@ -153,7 +155,10 @@ class PythonInstance(BackendInstance):
         with pb_utils.model_dir_context(str(model._location.model_dir)):
             initialize = getattr(self._python_model, "initialize", None)
             if initialize is not None:
-                self._run(initialize(args))
+                try:
+                    self._run(initialize(args))
+                except Exception as exc:
+                    raise model_code_error(exc) from exc
 
     def _run(self, result: Any) -> Any:
         """Run a hook's result to completion when the hook was ``async def``."""
@@ -264,6 +269,12 @@ class PythonInstance(BackendInstance):
                 device = tensor._server_device_array(self._staging)
                 outputs.append(DeviceTensor(tensor.name(), datatype, device))
         return InferenceResponse(outputs=outputs, parameters=parameters)
+
+
+def model_code_error(exc: BaseException) -> InternalError:
+    """An exception raised by model code (import, auto-complete, initialize), as Triton's
+    stub reports it: ``<type>: <message>`` and the model's frames."""
+    return InternalError(f"{type(exc).__name__}: {exc}{_model_frames(exc)}")
 
 
 def _model_frames(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ from pytriton_core import proto, types
 from pytriton_core._native.bytes_codec import serialize_bytes_tensor
 from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.grpc import wire
+from pytriton_core.inference.header_forwarding import compile_pattern, forward_headers
 from pytriton_core.inference.parameters import apply_request_parameter
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
@@ -34,6 +35,7 @@ from pytriton_core.inference.tensor_data import (
     datatype_from_wire,
 )
 from pytriton_core.memory import ShmOutput, ShmReference
+from pytriton_core.options import GrpcOptions
 from pytriton_core.runtime.model import Model
 from pytriton_core.service import InferenceService
 
@@ -99,6 +101,14 @@ def read_request(data: bytes) -> tuple[Any, list[memoryview]]:
         return _ModelInferRequest.FromString(header_bytes), raw
     except (wire.WireError, DecodeError) as exc:
         raise InvalidArgumentError(f"failed to parse the ModelInferRequest: {exc}") from None
+
+
+def forward_metadata(request: InferenceRequest, context: Any, options: GrpcOptions) -> None:
+    """``--grpc-header-forward-pattern``: matching metadata become request parameters."""
+    pattern = compile_pattern(options.header_forward_pattern)
+    if pattern is not None:
+        metadata = context.invocation_metadata() or ()
+        forward_headers(request, ((str(k), str(v)) for k, v in metadata), pattern)
 
 
 def decode_infer_request(

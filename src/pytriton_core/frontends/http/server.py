@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 _MAX_PIPELINED = 64  # stop reading from a client that queues more than this
 
+# --log-verbose=1 logs each request as Triton does, its method as libevhtp numbers it.
+_METHOD_CODES = {"GET": 0, "HEAD": 1, "POST": 2, "PUT": 3, "DELETE": 4, "OPTIONS": 8, "PATCH": 15}
+
 
 @dataclass(frozen=True, slots=True)
 class _BrokenStream:
@@ -59,6 +62,7 @@ class HttpFrontend:
             host,
             port,
             reuse_address=True,
+            reuse_port=self._service.options.reuse_http_port,
             backlog=1024,
         )
         bound_port: int = self._server.sockets[0].getsockname()[1]
@@ -165,6 +169,9 @@ class HttpProtocol(asyncio.Protocol):
 
     async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
         RECEIVED.set((received_start, received_end))  # this task's own context
+        if log.isEnabledFor(logging.DEBUG):
+            code = _METHOD_CODES.get(request.method, -1)
+            log.debug("HTTP request: %d %s", code, request.path)
         try:
             response = await self._router.dispatch(request)
         except ServerError as exc:
