@@ -41,6 +41,7 @@ PROJECT_PERF_ANALYZER = REPO_ROOT / ".cache" / "perf-analyzer" / "bin" / "perf_a
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
+READY_PATH = "/v2/health/ready"
 LOOPBACK = "127.0.0.1"
 
 
@@ -127,11 +128,15 @@ def run_pytriton_server(
     env: Mapping[str, str] | None = None,
     metrics: bool = False,
     timeout: float = READY_TIMEOUT_S,
+    check_exit: bool = True,
+    ready_path: str = READY_PATH,
 ) -> Iterator[ServerHandle]:
     """Run ``python -m pytriton_core`` on free loopback ports until the block ends.
 
     Metrics are off unless ``metrics``; ``extra_flags`` are appended to the command line and
-    ``env`` is added to this process's environment.
+    ``env`` is added to this process's environment. ``check_exit=False`` lets the server
+    exit with any status (a test that checks the status itself); the block starts once
+    ``ready_path`` answers 200 (``/v2/health/live`` for a server that will not be ready).
     """
     http_port, grpc_port, metrics_port = free_ports(3)
     supported = pytriton_cli_flags()
@@ -159,6 +164,8 @@ def run_pytriton_server(
         grpc_port=grpc_port,
         metrics_port=metrics_port if metrics else None,
         timeout=timeout,
+        check_exit=check_exit,
+        ready_path=ready_path,
     ) as handle:
         yield handle
 
@@ -184,6 +191,7 @@ def run_real_triton(
     env: Mapping[str, str] | None = None,
     metrics: bool = False,
     timeout: float = READY_TIMEOUT_S,
+    ready_path: str = READY_PATH,
 ) -> Iterator[ServerHandle]:
     """Run the real Triton (../shared/tools/real-triton/start.sh) on free loopback ports.
 
@@ -218,6 +226,7 @@ def run_real_triton(
         # Triton exits with 1 ("Exit timeout expired") when a client still holds an idle
         # keep-alive connection; that says nothing about the behaviour under test.
         check_exit=False,
+        ready_path=ready_path,
     ) as handle:
         yield handle
 
@@ -233,6 +242,7 @@ def _run_server(
     metrics_port: int | None,
     timeout: float,
     check_exit: bool = True,
+    ready_path: str = READY_PATH,
 ) -> Iterator[ServerHandle]:
     log_dir = Path(tempfile.mkdtemp(prefix="pytriton-it-"))
     log_path = log_dir / "server.log"
@@ -257,7 +267,7 @@ def _run_server(
         log_path=log_path,
     )
     try:
-        _wait_until_ready(handle, timeout)
+        _wait_until_ready(handle, timeout, ready_path)
     except ServerError:
         _stop(process)  # the error carries the log
         raise
@@ -277,7 +287,7 @@ def _run_server(
     shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def _wait_until_ready(handle: ServerHandle, timeout: float) -> None:
+def _wait_until_ready(handle: ServerHandle, timeout: float, path: str = READY_PATH) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if handle.process.poll() is not None:
@@ -285,12 +295,12 @@ def _wait_until_ready(handle: ServerHandle, timeout: float) -> None:
                 f"{handle.name} exited with {handle.process.returncode} before it was ready:\n"
                 f"{handle.log()}"
             )
-        if _http_status(handle.http_url, "/v2/health/ready") == 200:
+        if _http_status(handle.http_url, path) == 200:
             return
         if time.monotonic() > deadline:
             raise ServerError(
                 f"{handle.name} was not ready after {timeout:.0f} s "
-                f"(GET http://{handle.http_url}/v2/health/ready):\n{handle.log()}"
+                f"(GET http://{handle.http_url}{path}):\n{handle.log()}"
             )
         time.sleep(0.1)
 

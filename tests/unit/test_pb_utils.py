@@ -1069,7 +1069,8 @@ def test_add_input_rules() -> None:
     config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": True})
     with pytest.raises(
         ValueError,
-        match="the model expects optional False but the model configuration specifies optional True",
+        match="the model expects optional False but the model configuration specifies "
+        "optional True",
     ):
         config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": False})
     assert config.as_dict()["input"] == [

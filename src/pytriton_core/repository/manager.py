@@ -241,7 +241,12 @@ class ModelManager:
         ``config_json`` replaces the model's config.pbtxt; ``files`` ("file:<path>" →
         bytes) replace the model folder and need ``config_json``.
         """
-        _check_model_name(name)
+        invalid = _invalid_model_name(name)
+        if invalid:
+            # Triton 2.51 looks such a name up and finds nothing; later releases refuse it
+            # up front. It must never reach a path: it fails the poll step.
+            log.error("Poll failed for model directory '%s': %s", name, invalid)
+            raise poll_failure(name)
         self._rescan()
         ids = [model_id for model_id in self._sources if model_id.name == name]
         if files or not ids:
@@ -459,14 +464,11 @@ class ModelManager:
             polled.release()
 
 
-def _check_model_name(name: str) -> None:
-    """Triton's ValidateModelName, before anything is read."""
+def _invalid_model_name(name: str) -> str:
+    """Why a name cannot be a model's (Triton's ValidateModelName), or ""."""
     trimmed = name.strip()
     if not trimmed:
-        raise InvalidArgumentError(
-            "Model name cannot be empty. Please enter a valid name to deploy."
-        )
+        return "Model name cannot be empty. Please enter a valid name to deploy."
     if trimmed == ".." or "/" in trimmed:
-        raise InvalidArgumentError(
-            f"invalid model name '{name}', model name must not contain path traversal characters"
-        )
+        return f"invalid model name '{name}', model name must not contain path traversal characters"
+    return ""
