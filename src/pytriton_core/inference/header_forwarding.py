@@ -1,7 +1,10 @@
 """``--http-header-forward-pattern`` / ``--grpc-header-forward-pattern``: request headers
 whose names match the pattern (anywhere in the name, as RE2's PartialMatch) reach the
-model as string request parameters, as Triton forwards them. A matching header whose name
-is a reserved parameter key or starts with ``triton_`` fails the request.
+model as string request parameters, as Triton forwards them.
+
+Triton 2.51 forwards every matching header, reserved parameter names (``priority``,
+``triton_...``) included, as a plain string parameter that sets nothing else; so does this
+server. (Triton 2.73 refuses such headers instead.)
 """
 
 from __future__ import annotations
@@ -9,22 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pytriton_core.errors import InvalidArgumentError
-from pytriton_core.inference.parameters import RESERVED_PREFIX
 from pytriton_core.inference.request import InferenceRequest
-
-# Triton's reserved parameter keys (common.h), which no header may set.
-RESERVED_KEYS = frozenset(
-    {
-        "sequence_id",
-        "sequence_start",
-        "sequence_end",
-        "priority",
-        "timeout",
-        "headers",
-        "binary_data_output",
-    }
-)
 
 
 def compile_pattern(pattern: str | None) -> re.Pattern[str] | None:
@@ -40,10 +28,5 @@ def forward_headers(
     if pattern is None:
         return
     for name, value in headers:
-        if pattern.search(name) is None:
-            continue
-        if name in RESERVED_KEYS or name.startswith(RESERVED_PREFIX):
-            raise InvalidArgumentError(
-                f"Header '{name}' is reserved for Triton usage and cannot be forwarded."
-            )
-        request.parameters[name] = value
+        if pattern.search(name) is not None:
+            request.parameters[name] = value

@@ -93,12 +93,16 @@ def poll_model(
             model_dir = override.model_dir
         if model_dir is None:
             raise PollError("model not found in any model repository.")
-        if override is not None or config_json is not None:
+        if override is not None:
             timestamp = ModelTimestamp.overridden()
         else:
             config_file = config_path(model_dir, settings.model_config_name)
             timestamp = ModelTimestamp.read(model_dir, config_file)
-            if loaded is not None and not loaded.modified(timestamp):
+            if config_json is not None:
+                # Versions whose folder did not change keep serving if the config is the
+                # same as the one they serve with (Triton compares the two).
+                timestamp = timestamp.with_config_overridden()
+            elif loaded is not None and not loaded.modified(timestamp):
                 return None
         config = _read_config(model_dir, settings, config_json)
         model_config.fill_server_side_fields(config, model_id.name, model_dir)

@@ -1,8 +1,7 @@
 """What changed in a model folder since it was last loaded (Triton's ModelTimestamp).
 
-A snapshot keeps one signature per entry of the model folder (the folder itself, each
-version folder, the config file, every other file or folder) over the whole subtree of
-that entry. A load compares a new snapshot with the one of the loaded model: nothing
+A snapshot keeps one signature per entry of the model folder (each version folder, the
+config file, every other file or folder) over the whole subtree of that entry. A load compares a new snapshot with the one of the loaded model: nothing
 changed means the load is a no-op; a changed version folder reloads only that version;
 a change outside the version folders and the config (a shared ``utils.py``, a label file)
 reloads every version. Triton compares modification times only; the signature adds the
@@ -12,6 +11,7 @@ count and size of the files, so a rewrite within the same clock tick is seen as 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from pathlib import Path
 Signature = tuple[int, tuple[str, ...], int]
 
 _NOTHING: Signature = (0, (), 0)
+_OVERRIDE_ENTRY = "<config override>"
 
 
 def _signature(path: Path) -> Signature:
@@ -67,7 +68,16 @@ class ModelTimestamp:
 
     @classmethod
     def overridden(cls) -> ModelTimestamp:
+        """A model folder made of a load's own files: whatever comes next reloads it."""
         return cls(forced=True)
+
+    def with_config_overridden(self) -> ModelTimestamp:
+        """The folder as read, its config replaced by a load's override: the config entry
+        matches no other snapshot (so the next plain load reads config.pbtxt again), the
+        version folders still compare as they are."""
+        entry = self.config_entry or _OVERRIDE_ENTRY
+        entries = {**self.entries, entry: (time.monotonic_ns(), (_OVERRIDE_ENTRY,), -1)}
+        return ModelTimestamp(entries, entry)
 
     def modified(self, newer: ModelTimestamp) -> bool:
         """Anything in the folder changed (a load that is not a no-op)."""

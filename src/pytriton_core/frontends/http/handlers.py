@@ -83,7 +83,9 @@ def build_router(service: InferenceService) -> Router:
             return refusal
         header_length = _header_length(request, len(body))
         decoded = decode_infer_request(model, body, header_length, service)
-        forward_headers(decoded.request, request.headers.items(), forwarded)
+        if forwarded is not None:
+            headers = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
+            forward_headers(decoded.request, headers, forwarded)
         response = await service.infer(model, decoded.request)
         trace = decoded.request.trace
         if trace is not None:
