@@ -1,11 +1,12 @@
 """What changed in a model folder since it was last loaded (Triton's ModelTimestamp).
 
 A snapshot keeps one signature per entry of the model folder (each version folder, the
-config file, every other file or folder) over the whole subtree of that entry. A load compares a new snapshot with the one of the loaded model: nothing
-changed means the load is a no-op; a changed version folder reloads only that version;
-a change outside the version folders and the config (a shared ``utils.py``, a label file)
-reloads every version. Triton compares modification times only; the signature adds the
-count and size of the files, so a rewrite within the same clock tick is seen as well.
+config file, every other file or folder) over the whole subtree of that entry. A load
+compares a new snapshot with the one of the loaded model: nothing changed means the load
+is a no-op; a changed version folder reloads only that version; a change outside the
+version folders and the config (a shared ``utils.py``, a label file) reloads every
+version. Triton compares modification times only; the signature adds the names and sizes
+of the files, so a rewrite within the same clock tick is seen as well.
 """
 
 from __future__ import annotations
