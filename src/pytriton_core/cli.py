@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 import uvloop
 
+from pytriton_core.backends.settings import backend_config_notes
 from pytriton_core.cli_server_flags import (
     add_server_flag_arguments,
     server_flag_options,
@@ -237,7 +238,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     backend_config: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
         backend_config.setdefault(backend, {})[key] = value
-    repositories = tuple(args.model_repository or [bundled_repository()])
+    # A folder given twice (--model-repository and --model-store, say) is one repository,
+    # as in tritonserver, which keeps them in a set.
+    given = args.model_repository or [bundled_repository()]
+    repositories = tuple({path.resolve(): path for path in given}.values())
     for repository in repositories:
         if not repository.is_dir():
             raise SystemExit(f"error: model repository '{repository}' is not a folder")
@@ -280,7 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = ServerRuntime(options)
     runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
     pool_size = args.grpc_option_infer_allocation_pool_size
-    for note in startup_notes(args, pool_size != GrpcOptions().infer_allocation_pool_size):
+    notes = startup_notes(args, pool_size != GrpcOptions().infer_allocation_pool_size)
+    for note in (*notes, *backend_config_notes(options.backend_config)):
         log.info("%s", note)
     try:
         return uvloop.run(runtime.run_until_signalled())

@@ -7,6 +7,7 @@ connections run concurrently. Responses are written as a list of buffers.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import time
@@ -24,7 +25,7 @@ from pytriton_core._native.http_framing import (
     build_response_head,
     framing_error,
 )
-from pytriton_core.errors import ServerError
+from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.messages import HttpResponse, error_response, plain_error
 from pytriton_core.frontends.http.router import Router
@@ -57,14 +58,19 @@ class HttpFrontend:
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         max_body = self._service.options.http_max_input_size
-        self._server = await loop.create_server(
-            lambda: HttpProtocol(self._router, max_body, self._connections),
-            host,
-            port,
-            reuse_address=True,
-            reuse_port=self._service.options.reuse_http_port,
-            backlog=1024,
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: HttpProtocol(self._router, max_body, self._connections),
+                host,
+                port,
+                reuse_address=True,
+                reuse_port=self._service.options.reuse_http_port,
+                backlog=1024,
+            )
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:  # tritonserver's words
+                raise UnavailableError(f"Socket '{host}:{port}' already in use") from None
+            raise UnavailableError(f"failed to start HTTP service: {exc}") from None
         bound_port: int = self._server.sockets[0].getsockname()[1]
         log.info("Started HTTPService at %s:%d", host, bound_port)
         return bound_port
