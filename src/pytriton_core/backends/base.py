@@ -17,10 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from google.protobuf.message import Message
 
+from pytriton_core.backends.custom_metrics import MetricRegistry
+from pytriton_core.config.spec import ModelSpec
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
@@ -44,6 +45,8 @@ class ModelLocation:
     host_staging: StagingPool | None = None
     # --cuda-memory-pool-byte-size: the device buffers GPU instances allocate themselves.
     device_pools: DevicePools | None = None
+    # The server's custom metric families (pb_utils.MetricFamily): each server has its own.
+    custom_metrics: MetricRegistry | None = None
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         """A backend setting: this backend's own value first, else the global one."""
@@ -92,7 +95,10 @@ class Backend(abc.ABC):
         """Fill what the model file tells (inputs, outputs, max_batch_size...) in place."""
 
     @abc.abstractmethod
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
-        """Load one version of a model whose config is complete and validated."""
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
+        """Load one version of a model whose config is complete and validated.
+
+        Read the model's settings from ``spec``; ``config`` is the validated message it was
+        built from, for a backend that hands Triton's JSON of it to model code
+        (``config.config_to_json_dict``), as the Python backend's ``model_config`` does.
+        """

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from pytriton_core import config as model_config
+from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.devices import visible_gpu_ids
 from pytriton_core.errors import (
@@ -82,6 +83,7 @@ class ModelManager:
         loop: asyncio.AbstractEventLoop,
         *,
         host_staging: StagingPool | None = None,
+        custom_metrics: MetricRegistry | None = None,
     ) -> None:
         self._options = options
         self._loop = loop
@@ -97,6 +99,7 @@ class ModelManager:
             gpu_ids,
             host_staging,
             DevicePools(options.memory.cuda_memory_pool_byte_size),
+            custom_metrics,
         )
         # Polls and version starts, for every model at once: --model-load-thread-count.
         self._load_pool = ThreadPoolExecutor(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -21,7 +21,9 @@ from google.protobuf.message import Message
 from pytriton_core import config as model_config
 from pytriton_core import proto
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
+from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
+from pytriton_core.config.spec import ModelSpec
 from pytriton_core.devices import device_memory
 from pytriton_core.errors import InternalError, ServerError, UnavailableError
 from pytriton_core.inference.statistics import ModelStatistics
@@ -53,6 +55,7 @@ class VersionStarter:
     gpu_ids: Sequence[int]
     host_staging: StagingPool | None
     device_pools: DevicePools
+    custom_metrics: MetricRegistry | None = None
 
     def start(self, polled: PolledModel, version: int) -> Model:
         """Start ``version``, retrying as told; raises the last failure."""
@@ -74,7 +77,6 @@ class VersionStarter:
         raise AssertionError("unreachable")
 
     def _start_once(self, polled: PolledModel, version: int) -> Model:
-        name = polled.model_id.name
         config = proto.ModelConfig()
         config.CopyFrom(polled.config)
         backend = self.backends.get(_backend_of(config))
@@ -83,13 +85,13 @@ class VersionStarter:
             backend.auto_complete_config(config, location)
         model_config.normalize_config(config, gpu_ids=self.gpu_ids)
         model_config.validate_config(config)
-        config_json = model_config.config_to_json_dict(config)
-        backend_model = backend.load_model(config, config_json, location)
+        spec = ModelSpec.from_config(config, version)
+        backend_model = backend.load_model(spec, location, config)
         metrics = self.options.metrics if self.options.allow_metrics else None
-        stats = ModelStatistics.create(metrics, config_json)
-        model = Model(name, version, config, config_json, polled.model_dir, stats)
-        specs = instance_specs(config_json)
-        model.start(backend_model, specs, self.loop)
+        stats = ModelStatistics.create(metrics, spec.histogram_buckets)
+        model = Model(spec, config, polled.model_dir, backend_model, self.loop, stats)
+        specs = instance_specs(spec)
+        model.start(specs)
         try:
             self._check_gpu_limits(specs)
         except BaseException:
@@ -108,6 +110,7 @@ class VersionStarter:
             global_backend_config=self.options.backend_settings(""),
             host_staging=self.host_staging,
             device_pools=self.device_pools,
+            custom_metrics=self.custom_metrics,
         )
 
     def _check_gpu_limits(self, specs: Sequence[InstanceSpec]) -> None:
@@ -131,18 +134,16 @@ class VersionStarter:
                 )
 
 
-def instance_specs(config_json: Mapping[str, Any]) -> list[InstanceSpec]:
+def instance_specs(spec: ModelSpec) -> list[InstanceSpec]:
     """One spec per instance, named ``<group>_<index>`` as Triton names them."""
     specs: list[InstanceSpec] = []
-    groups: Sequence[Mapping[str, Any]] = config_json.get("instance_group", ())
-    for group in groups:
-        kind = _INSTANCE_KINDS.get(group.get("kind", "KIND_CPU"), "CPU")
-        count = int(group.get("count", 1))
-        devices: list[int] = [int(g) for g in group.get("gpus", ())] if kind == "GPU" else [0]
+    for group in spec.instance_groups:
+        kind = _INSTANCE_KINDS.get(group.kind, "CPU")
+        devices = list(group.gpus) if kind == "GPU" else [0]
         index = 0
         for device in devices:
-            for _ in range(count):
-                specs.append(InstanceSpec(f"{group['name']}_{index}", kind, device))
+            for _ in range(group.count):
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device))
                 index += 1
     return specs
 

@@ -1,4 +1,4 @@
-"""A loaded model version: its config, scheduler, instances and statistics.
+"""A loaded model version: its spec, scheduler, instances and statistics.
 
 Requests enter through ``submit`` (on the event loop): they are validated, queued, taken
 by an instance's worker thread, and their responses come back to the loop in
@@ -9,27 +9,33 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from google.protobuf.message import Message
 
 from pytriton_core.backends.base import BackendModel, InstanceSpec
-from pytriton_core.errors import ErrorCode, ServerError, UnavailableError
+from pytriton_core.config.spec import ModelSpec
+from pytriton_core.errors import CancelledError, ErrorCode, ServerError, UnavailableError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
-from pytriton_core.runtime.validation import TensorSpecs, validate_request
+from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import create_scheduler
 
 log = logging.getLogger(__name__)
+
+# Triton answers a request cancelled in the queue with CANCELLED and no message; a message
+# here keeps it an error where an empty one would read as success (a stream's
+# ``error_message``).
+CANCELLED_MESSAGE = "Request was cancelled"
 
 
 class ModelState(enum.Enum):
@@ -41,62 +47,58 @@ class ModelState(enum.Enum):
 
 
 class Model:
-    """One version of a model, loaded: what the front ends see and submit requests to."""
+    """One version of a model, loaded: what the front ends see and submit requests to.
+
+    Built with its backend model on the loader's worker thread; ``start`` creates the
+    instances, after which requests go to ``submit`` on the event loop ``loop``.
+    """
 
     def __init__(
         self,
-        name: str,
-        version: int,
+        spec: ModelSpec,
         config: Message,
-        config_json: Mapping[str, Any],
         model_dir: Path,
+        backend_model: BackendModel,
+        loop: asyncio.AbstractEventLoop,
         stats: ModelStatistics | None = None,
     ) -> None:
-        self.name = name
-        self.version = version
+        self.spec = spec
+        self.name = spec.name
+        self.version = spec.version
+        # The validated config, for the two places that render Triton's JSON of it (the
+        # /config endpoints); everything else reads ``spec``.
         self.config = config
-        self.config_json = config_json
         self.model_dir = model_dir
         self.state = ModelState.LOADING
         self.stats = stats if stats is not None else ModelStatistics()
-        self._in_flight = 0
-        self.specs = TensorSpecs.from_config_json(config_json)
-        self.platform = str(config_json.get("platform") or config_json.get("backend", ""))
-        self.decoupled = bool(
-            config_json.get("model_transaction_policy", {}).get("decoupled", False)
-        )
-        self._labels: dict[str, list[str]] = {}
-        for output in config_json.get("output", ()):
-            if output.get("label_filename"):
-                path = model_dir / output["label_filename"]
-                self._labels[output["name"]] = classification.read_labels(path)
-
-    def start(
-        self,
-        backend_model: BackendModel,
-        instance_specs: Sequence[InstanceSpec],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        """Create the instances (blocking: call from a worker thread, not the loop)."""
         self._loop = loop
         self._backend_model = backend_model
-        self._scheduler = create_scheduler(self.config_json, self._reject_threadsafe)
+        self._scheduler = create_scheduler(spec, self._reject_threadsafe)
         self._instances: list[ModelInstance] = []
+        self._in_flight = 0
         self._drained: asyncio.Event | None = None
-        preserve = self.config_json.get("dynamic_batching", {}).get("preserve_ordering", False)
+        preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
         # Requests in arrival order, when responses must leave in that order.
         self._release_order: deque[InferenceRequest] | None = deque() if preserve else None
         self._held: dict[int, InferenceResponse] = {}
+        self._labels = {
+            output.name: classification.read_labels(model_dir / output.label_filename)
+            for output in spec.outputs.values()
+            if output.label_filename
+        }
+
+    def start(self, instance_specs: Sequence[InstanceSpec]) -> None:
+        """Create the instances (blocking: call from a worker thread, not the loop)."""
         scheduler = self._scheduler
-        warmup = warmup_samples(self.config_json, self.model_dir)
+        warmup = warmup_samples(self.spec, self.model_dir)
         try:
-            for spec in instance_specs:
+            for instance_spec in instance_specs:
                 instance = ModelInstance(
-                    spec,
-                    backend_model,
+                    instance_spec,
+                    self._backend_model,
                     scheduler,
                     self._batch_done,
-                    loop.call_soon_threadsafe,
+                    self._loop.call_soon_threadsafe,
                     warmup,
                     model_name=self.name,
                 )
@@ -117,12 +119,14 @@ class Model:
                 "ready state"
             )
         # Triton counts no statistics for a request that fails validation.
-        validate_request(request, self.specs, self.name)
+        validate_request(request, self.spec)
+        if request.cancelled:  # its client went away before it got here
+            raise CancelledError(CANCELLED_MESSAGE).with_request_id(request.id)
         request.loop = self._loop
         request.queue_start_ns = time.monotonic_ns()
         if request.trace is not None:
             self._trace_submit(request)
-        if self.decoupled and self.stats.first_response is not None:
+        if self.spec.decoupled and self.stats.first_response is not None:
             self._observe_first_response(request)
         try:
             self._scheduler.enqueue(request)
@@ -134,6 +138,7 @@ class Model:
         self._in_flight += 1
         if self._release_order is not None:
             self._release_order.append(request)
+        request.on_cancel(functools.partial(self._cancel_queued, request))
 
     @property
     def in_flight(self) -> int:
@@ -142,8 +147,7 @@ class Model:
 
     def pending_request_count(self) -> int:
         """Requests queued in the scheduler, not yet handed to an instance."""
-        scheduler = getattr(self, "_scheduler", None)
-        return scheduler.pending_count() if scheduler is not None else 0
+        return self._scheduler.pending_count()
 
     def _trace_submit(self, request: InferenceRequest) -> None:
         trace = request.trace
@@ -177,15 +181,23 @@ class Model:
 
         request.on_response = observed
 
+    def _cancel_queued(self, request: InferenceRequest) -> None:
+        """A request was cancelled: if it still waits in the queue it never runs, and is
+        answered CANCELLED (on the next loop turn, not inside its canceller's call)."""
+        if self._scheduler.cancel(request):
+            self._loop.call_soon(self._finish_rejected, request, CancelledError(CANCELLED_MESSAGE))
+
     def _reject_threadsafe(self, request: InferenceRequest, error: ServerError) -> None:
         """The scheduler gave up on a queued request (e.g. its queue timeout expired)."""
         self._loop.call_soon_threadsafe(self._finish_rejected, request, error)
 
     def _finish_rejected(self, request: InferenceRequest, error: ServerError) -> None:
+        """A queued request leaves without running: queue timeout (REJECTED) or cancelled."""
         self._in_flight -= 1
-        self.stats.record_request_failure(
-            request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
+        reason = (
+            FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.REJECTED
         )
+        self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns(), reason)
         self._release(request, InferenceResponse.failed(error.with_request_id(request.id)))
         self._signal_if_drained()
 
@@ -225,7 +237,7 @@ class Model:
                 if self._release_order is not None:
                     self._release_order.remove(request)
                 continue
-            if stats.first_response is not None and not self.decoupled:
+            if stats.first_response is not None and not self.spec.decoupled:
                 stats.record_first_response(request.arrival_ns, end_ns)
             if response.error is None:
                 response = self._apply_classification(request, response)
@@ -256,8 +268,8 @@ class Model:
             wanted = request.requested_outputs.get(tensor.name)
             if wanted is None or wanted.class_count <= 0:
                 continue
-            spec = self.specs.outputs.get(tensor.name)
-            batched = self.specs.max_batch_size > 0 and spec is not None and bool(spec.dims)
+            declared = self.spec.outputs.get(tensor.name)
+            batched = self.spec.batching and declared is not None and bool(declared.dims)
             try:
                 response.outputs[i] = classification.classify(
                     tensor, wanted.class_count, batched, self._labels.get(tensor.name, [])
@@ -279,7 +291,7 @@ class Model:
             self._drained = asyncio.Event()
             try:
                 await asyncio.wait_for(self._drained.wait(), timeout_s)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
                 log.warning("model %s: %d requests still in flight", self.name, self._in_flight)
         self._scheduler.stop(len(self._instances))
         # At least a moment for the instances to see the stop, even past the deadline.

@@ -12,8 +12,11 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf.message import Message
+
 from pytriton_core import types
 from pytriton_core._version import __version__
+from pytriton_core.config import TensorSpec
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
@@ -129,21 +132,26 @@ class InferenceService:
             if version
             else [str(m.version) for m in self._manager.ready_versions(name)]
         )
-        specs = model.specs
+        spec = model.spec
 
-        def tensors(group: str) -> list[dict[str, Any]]:
+        def tensors(declared: Mapping[str, TensorSpec]) -> list[dict[str, Any]]:
             return [
-                {"name": s.name, "datatype": s.datatype.wire_name, "shape": specs.full_shape(s)}
-                for s in getattr(specs, group).values()
+                {"name": t.name, "datatype": t.datatype.wire_name, "shape": spec.full_shape(t)}
+                for t in declared.values()
             ]
 
         return {
             "name": model.name,
             "versions": versions,
-            "platform": model.platform,
-            "inputs": tensors("inputs"),
-            "outputs": tensors("outputs"),
+            "platform": spec.reported_platform,
+            "inputs": tensors(spec.inputs),
+            "outputs": tensors(spec.outputs),
         }
+
+    def model_config(self, name: str, version: str | None) -> Message:
+        """The validated config of a ready model version (the model configuration
+        extension): gRPC sends it as it is, HTTP as ``config_to_json_dict`` renders it."""
+        return self.model(name, version).config
 
     # -------------------------------------------------------------- infer
 
@@ -185,7 +193,11 @@ class InferenceService:
 
         request.on_response = collect
         self.submit(model, request)
-        return await done
+        try:
+            return await done
+        except asyncio.CancelledError:  # the caller went away (a gRPC cancel or deadline)
+            request.cancel()
+            raise
 
     # ---------------------------------------------------- model repository
 
@@ -201,11 +213,11 @@ class InferenceService:
         return self._manager.index(ready_only)
 
     async def load_model(
-        self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None
+        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
     ) -> None:
         """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
         self._require_explicit_mode()
-        await self._manager.load(name, config_json, files)
+        await self._manager.load(name, config, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._require_explicit_mode()

@@ -8,13 +8,14 @@ there is no stub process and no /dev/shm pool: tensors stay numpy arrays end to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import inspect
 import json
 import sys
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,9 +30,9 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
-from pytriton_core.backends.framework import config_parameters, flag
+from pytriton_core.backends.framework import flag
 from pytriton_core.backends.python import pb_utils
-from pytriton_core.config import config_from_json, config_to_json_dict
+from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
 from pytriton_core.errors import (
     ErrorCode,
     InternalError,
@@ -52,11 +53,14 @@ def _install_pb_utils() -> None:
     sys.modules.setdefault(MODULE_NAME, pb_utils)
 
 
-def _model_file(location: ModelLocation, config_json: Mapping[str, Any] | None) -> Path:
-    filename = "model.py"
-    if config_json and config_json.get("default_model_filename"):
-        filename = str(config_json["default_model_filename"])
-    return location.version_dir / filename
+def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
+    return location.version_dir / (default_model_filename or "model.py")
+
+
+def _running_model(location: ModelLocation) -> contextlib.AbstractContextManager[None]:
+    """What model code sees while it runs: its folder (``get_model_dir``) and its server's
+    custom metrics."""
+    return pb_utils.model_context(str(location.model_dir), location.custom_metrics)
 
 
 def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
@@ -65,7 +69,7 @@ def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
         raise InternalError(f"Python model file not found in '{path}'")
     _install_pb_utils()
     module_name = f"_pytriton_model_{location.name}_{location.version}"
-    with _import_lock:
+    with _import_lock, _running_model(location):
         # Models import their sibling modules, as they do under Triton's stub.
         if str(location.version_dir) not in sys.path:
             sys.path.append(str(location.version_dir))
@@ -88,16 +92,17 @@ class PythonBackend(Backend):
     name = "python"
 
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
-        config_json = config_to_json_dict(config)
-        module = _import_model_module(_model_file(location, config_json), location)
+        cfg: Any = config
+        module = _import_model_module(_model_file(location, cfg.default_model_filename), location)
         model_class = module.TritonPythonModel
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
             return
-        try:
-            completed = hook(pb_utils.ModelConfig(json.dumps(config_json)))
-        except Exception as exc:
-            raise model_code_error(exc) from exc
+        with _running_model(location):
+            try:
+                completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+            except Exception as exc:
+                raise model_code_error(exc) from exc
         if not isinstance(completed, pb_utils.ModelConfig):
             raise ModelConfigError(
                 f"auto_complete_config function in model '{location.name}' must return a "
@@ -105,34 +110,36 @@ class PythonBackend(Backend):
             )
         config.CopyFrom(config_from_json(completed.as_dict()))
 
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
-        module = _import_model_module(_model_file(location, config_json), location)
-        return PythonModel(module, config_json, location)
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
+        path = _model_file(location, spec.default_model_filename)
+        module = _import_model_module(path, location)
+        return PythonModel(module, spec, json.dumps(config_to_json_dict(config)), location, path)
 
 
 class PythonModel(BackendModel):
     def __init__(
-        self, module: ModuleType, config_json: Mapping[str, Any], location: ModelLocation
+        self,
+        module: ModuleType,
+        spec: ModelSpec,
+        model_config: str,
+        location: ModelLocation,
+        path: Path,
     ) -> None:
+        """``model_config``: Triton's JSON of the config, what ``initialize`` receives."""
         self._module = module
-        self._config_json = config_json
+        self._model_config = model_config
         self._location = location
-        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(dict(config_json))
-        self._output_names = [o["name"] for o in config_json.get("output", ())]
+        self.decoupled = spec.decoupled
+        self._output_names = list(spec.outputs)
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
-        force_cpu = config_parameters(config_json).get("FORCE_CPU_ONLY_INPUT_TENSORS")
+        force_cpu = spec.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
         self.gpu_inputs = not flag(force_cpu, default=True)
         if not hasattr(module.TritonPythonModel, "execute"):
-            raise InternalError(
-                f"Python model {_model_file(location, config_json)} does not implement "
-                "`execute` method."
-            )
+            raise InternalError(f"Python model {path} does not implement `execute` method.")
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         args = {
-            "model_config": json.dumps(self._config_json),
+            "model_config": self._model_config,
             "model_instance_kind": spec.kind,
             "model_instance_name": spec.name,
             "model_instance_device_id": str(spec.device_id),
@@ -148,11 +155,11 @@ class PythonInstance(BackendInstance):
         self._model = model
         self._spec = spec
         self._staging = model._location.host_staging  # GPU outputs' host copies
-        self._python_model = model._module.TritonPythonModel()
         self._async_loop: asyncio.AbstractEventLoop | None = None
-        if inspect.iscoroutinefunction(self._python_model.execute):
-            self._async_loop = asyncio.new_event_loop()
-        with pb_utils.model_dir_context(str(model._location.model_dir)):
+        with _running_model(model._location):
+            self._python_model = model._module.TritonPythonModel()
+            if inspect.iscoroutinefunction(self._python_model.execute):
+                self._async_loop = asyncio.new_event_loop()
             initialize = getattr(self._python_model, "initialize", None)
             if initialize is not None:
                 try:
@@ -173,7 +180,7 @@ class PythonInstance(BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         pb_requests = [self._to_pb_request(r) for r in requests]
         timing.mark_input_done()
-        with pb_utils.model_dir_context(str(self._model._location.model_dir)):
+        with _running_model(self._model._location):
             try:
                 result = self._run(self._python_model.execute(pb_requests))
             except Exception as exc:
@@ -210,7 +217,8 @@ class PythonInstance(BackendInstance):
     def finalize(self) -> None:
         finalize = getattr(self._python_model, "finalize", None)
         if finalize is not None:
-            self._run(finalize())
+            with _running_model(self._model._location):
+                self._run(finalize())
         if self._async_loop is not None:
             self._async_loop.close()
 

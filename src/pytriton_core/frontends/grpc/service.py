@@ -8,7 +8,6 @@ ServerErrors; ``answering_errors`` turns them into the gRPC status their code ma
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import re
@@ -143,7 +142,7 @@ class GrpcInferenceService(SharedMemoryRpcs):
 
     async def model_config(self, request: Any) -> Any:
         response = _message("ModelConfigResponse")()
-        response.config.CopyFrom(self._service.model(request.name, request.version).config)
+        response.config.CopyFrom(self._service.model_config(request.name, request.version))
         return response
 
     async def model_statistics(self, request: Any) -> Any:
@@ -157,11 +156,8 @@ class GrpcInferenceService(SharedMemoryRpcs):
         message, raw = read_request(data)
         decoded = decode_infer_request(self._service, message, raw, unary=True)
         forward_metadata(decoded.request, context, self._service.options.grpc)
-        try:
-            response = await self._service.infer(decoded.model, decoded.request)
-        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
-            decoded.request.cancelled = True
-            raise
+        # A client's cancel or deadline cancels this task; ``infer`` cancels the request.
+        response = await self._service.infer(decoded.model, decoded.request)
         trace = decoded.request.trace
         if trace is not None:
             # grpc.aio hands over the whole message and sends the answer itself: the read is

@@ -59,15 +59,15 @@ def build_router(service: InferenceService) -> Router:
         return EMPTY_OK if ready else plain_error(400, "Model version not ready")
 
     async def model_config(request: Request, match: RouteMatch) -> HttpResponse:
-        model = service.model(match.get("model") or "", match.get("version"))
-        return json_response(config_to_json_dict(model.config))
+        config = service.model_config(match.get("model") or "", match.get("version"))
+        return json_response(config_to_json_dict(config))
 
     async def model_stats(request: Request, match: RouteMatch) -> HttpResponse:
         return json_response(service.statistics(match.get("model"), match.get("version")))
 
     async def infer(request: Request, match: RouteMatch) -> HttpResponse:
         model = service.model(match.get("model") or "", match.get("version"))
-        if model.decoupled:
+        if model.spec.decoupled:
             raise UnsupportedError(
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
