@@ -227,12 +227,19 @@ class Model:
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
             return
+        # The durations cover the server's time as Triton's do: a request's starts when it
+        # is handed to the model (after its front end parsed it, as Triton's starts at
+        # InferAsync), and compute_output lasts until the responses reach the front ends
+        # here on the loop, as Triton's lasts until the backend has sent them. So request
+        # = queue + compute input + infer + output, with no unaccounted overhead.
+        timing.end_ns = end_ns
         stats.record_execution(sum(r.batch_size for r in batch), timing)
         for request, response in zip(batch, responses, strict=True):
             self._in_flight -= 1
             # An error the model answered with still counts as a successful execution, as
             # Triton counts it; so does a request answered through its response sender.
-            stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
+            start_ns = request.queue_start_ns
+            stats.record_request_success(start_ns, start_ns, timing, end_ns)
             if response is None:  # answered through its response sender
                 if self._release_order is not None:
                     self._release_order.remove(request)
