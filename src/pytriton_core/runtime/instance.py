@@ -11,7 +11,7 @@ from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceS
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
 from pytriton_core.scheduling.base import Scheduler
 
@@ -50,6 +50,7 @@ class ModelInstance:
         self._schedule_on_loop = schedule_on_loop
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
+        self.memory_usage: tuple[MemoryUsage, ...] = ()  # set once the backend instance exists
         self._thread = threading.Thread(target=self._run, name=f"instance-{spec.name}", daemon=True)
 
     def start(self) -> None:
@@ -73,6 +74,7 @@ class ModelInstance:
             self._ready.set()
             return
         try:
+            self.memory_usage = tuple(backend_instance.memory_usage())
             # Not ready until warmed up; a failing warm-up fails the instance (and the load).
             run_warmup(backend_instance, self._warmup, self.spec.name)
         except BaseException as exc:

@@ -23,7 +23,12 @@ from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import CancelledError, ErrorCode, ServerError, UnavailableError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
+from pytriton_core.inference.statistics import (
+    ComputeTiming,
+    FailureReason,
+    ModelStatistics,
+    merge_memory_usage,
+)
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
 from pytriton_core.runtime.validation import validate_request
@@ -109,6 +114,9 @@ class Model:
             scheduler.stop(len(self._instances))
             self._join_and_finalize()
             raise
+        self.stats.memory_usage = merge_memory_usage(
+            usage for instance in self._instances for usage in instance.memory_usage
+        )
         self.state = ModelState.READY
 
     def submit(self, request: InferenceRequest) -> None:
