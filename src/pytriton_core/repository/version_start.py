@@ -93,7 +93,7 @@ class VersionStarter:
         specs = instance_specs(spec)
         model.start(specs)
         try:
-            self._check_gpu_limits(specs)
+            self.check_gpu_limits(specs)
         except BaseException:
             model.stop_blocking()
             raise
@@ -113,7 +113,7 @@ class VersionStarter:
             custom_metrics=self.custom_metrics,
         )
 
-    def _check_gpu_limits(self, specs: Sequence[InstanceSpec]) -> None:
+    def check_gpu_limits(self, specs: Sequence[InstanceSpec]) -> None:
         """``--model-load-gpu-limit``: a device used past its fraction rejects the load."""
         limits = self.options.model_load_gpu_limit
         for spec in specs:
