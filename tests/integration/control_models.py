@@ -44,6 +44,13 @@ class TritonPythonModel:
         return responses
 """
 
+# A Python model with one FP32 [1] input and output, for tests whose model code is the point.
+FP32_IO_CONFIG = (
+    'backend: "python"\nmax_batch_size: 0\n'
+    'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+)
+
 INITIALIZE_RAISES = """
 class TritonPythonModel:
     def initialize(self, args):

@@ -37,6 +37,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from control_models import (
     FAILING_MODELS,
+    FP32_IO_CONFIG,
     write_control_repository,
     write_model_folder,
     write_simple,
@@ -342,9 +343,7 @@ def test_exit_timeout_with_a_request_executing(tmp_path: Path) -> None:
     write_model_folder(
         tmp_path,
         "sleeps",
-        'backend: "python"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n',
+        FP32_IO_CONFIG,
         SLEEPS_IN_EXECUTE,
     )
     body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [1]}]}

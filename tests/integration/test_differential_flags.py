@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from control_models import write_model_folder, write_simple
+from control_models import FP32_IO_CONFIG, write_model_folder, write_simple
 from harness import (
     TEST_MODELS_REPOSITORY,
     ServerHandle,
@@ -213,12 +213,6 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([]) for _ in requests]
 """
 
-COUNTING_CONFIG = (
-    'backend: "python"\nmax_batch_size: 0\n'
-    'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-    'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-)
-
 
 def _compile_bytecode(model_dir: Path) -> None:
     """Write model.py's bytecode before a server imports it. Triton's model folder times
@@ -241,7 +235,7 @@ def test_loading_an_unchanged_model_does_nothing(tmp_path: Path) -> None:
     counts = []
     for side in ("triton", "ours"):
         root = tmp_path / side
-        model_dir = write_model_folder(root, "counted", COUNTING_CONFIG, COUNTS_INITIALIZE)
+        model_dir = write_model_folder(root, "counted", FP32_IO_CONFIG, COUNTS_INITIALIZE)
         run = run_real_triton if side == "triton" or SELF_CHECK else run_pytriton_server
         _compile_bytecode(model_dir)
         with run(root, "--model-control-mode=explicit", "--load-model=counted") as server:

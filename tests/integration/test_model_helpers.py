@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from control_models import write_model_folder
+from control_models import FP32_IO_CONFIG, write_model_folder
 from harness import ServerHandle, run_pytriton_server, run_real_triton
 
 # OUTPUT0 = utils.ANSWER, from the helper module beside model.py.
@@ -25,16 +25,10 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", answer)]) for _ in requests]
 """
 
-CONFIG = (
-    'backend: "python"\nmax_batch_size: 0\n'
-    'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-    'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-)
-
 
 def _repository(root: Path) -> Path:
     for name, answer in (("first", 1.0), ("second", 2.0)):
-        model_dir = write_model_folder(root, name, CONFIG, USES_HELPER)
+        model_dir = write_model_folder(root, name, FP32_IO_CONFIG, USES_HELPER)
         (model_dir / "1" / "utils.py").write_text(f"ANSWER = {answer}\n")
     return root
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from control_models import FP32_IO_CONFIG
 from harness import free_port, run_pytriton_server
 from ops_models import write_model
 
@@ -39,18 +40,12 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([]) for _ in requests]
 """
 
-SLOW_CONFIG = (
-    'backend: "python"\nmax_batch_size: 0\n'
-    'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-    'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-)
-
 
 def _write_slow_models(root: Path, count: int) -> None:
     for i in range(count):
         model_dir = root / f"slow_{i:02d}"
         (model_dir / "1").mkdir(parents=True)
-        (model_dir / "config.pbtxt").write_text(SLOW_CONFIG)
+        (model_dir / "config.pbtxt").write_text(FP32_IO_CONFIG)
         (model_dir / "1" / "model.py").write_text(SLOW_INITIALIZE)
 
 
@@ -111,7 +106,7 @@ class TritonPythonModel:
 def test_a_failing_load_is_retried(tmp_path: Path, retries: str, loads: bool) -> None:
     model_dir = tmp_path / "flaky"
     (model_dir / "1").mkdir(parents=True)
-    (model_dir / "config.pbtxt").write_text(SLOW_CONFIG)
+    (model_dir / "config.pbtxt").write_text(FP32_IO_CONFIG)
     (model_dir / "1" / "model.py").write_text(FLAKY_INITIALIZE)
     flags = (f"--model-load-retry-count={retries}", "--exit-on-error=false")
     with run_pytriton_server(tmp_path, *flags, ready_path="/v2/health/live") as server:
