@@ -288,3 +288,20 @@ def test_a_long_tritonserver_command_line_starts(tmp_path: Path) -> None:
     ):
         assert f"{flag}: " in log  # what the flag means here, said once
         assert log.count(f"{flag}: ") == 1
+
+
+def test_a_duplicate_not_asked_for_does_not_stop_an_explicit_start(tmp_path: Path) -> None:
+    """EXPLICIT mode polls only the --load-model models, as Triton does: a name found in
+    two repositories fails the start only when it is asked for."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for root in (first, second):
+        write_model(root, "twice")
+    write_model(first, "once")
+    flags = ("--model-control-mode=explicit", "--load-model=once")
+    with (
+        run_pytriton_server([first, second], *flags) as server,
+        httpclient.InferenceServerClient(server.http_url) as client,
+    ):
+        assert client.is_model_ready("once")
+        index = {e["name"]: e for e in client.get_model_repository_index()}
+        assert index["twice"]["reason"] == "model appears in two or more repositories"

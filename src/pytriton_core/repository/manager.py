@@ -210,21 +210,22 @@ class ModelManager:
         """Load what the control mode asks for at start; returns the names that failed."""
         self._rescan()
         ids = sorted(self._sources)
-        failed: list[str] = sorted(self._duplicates)
-        for name in failed:
+        duplicates = sorted(self._duplicates)
+        failed: list[str] = []
+        wanted = self._options.load_models
+        if self._options.model_control_mode is ModelControlMode.EXPLICIT and "*" not in wanted:
+            # Only the models asked for are polled, as in Triton.
+            ids = [model_id for model_id in ids if model_id.name in wanted]
+            duplicates = [name for name in duplicates if name in wanted]
+            found = {model_id.name for model_id in ids}
+            for name in (n for n in wanted if n not in found and n not in duplicates):
+                log.error(
+                    "failed to poll model '%s': model not found in any model repository.", name
+                )
+                failed.append(name)
+        for name in duplicates:
             log.error("failed to poll model '%s': not unique across all model repositories", name)
-        if self._options.model_control_mode is ModelControlMode.EXPLICIT:
-            wanted = self._options.load_models
-            if "*" not in wanted:
-                ids = [model_id for model_id in ids if model_id.name in wanted]
-                found = {model_id.name for model_id in ids}
-                for name in (n for n in wanted if n not in found):
-                    if name not in self._duplicates:
-                        log.error(
-                            "failed to poll model '%s': model not found in any model repository.",
-                            name,
-                        )
-                        failed.append(name)
+            failed.append(name)
         outcomes = await asyncio.gather(
             *(self._load_id(model_id) for model_id in ids), return_exceptions=True
         )
