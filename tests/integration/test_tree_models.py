@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 import tree_models as tm
+import tritonclient.http as httpclient
 from harness import ServerHandle, pytriton_cli_flags, run_pytriton_server
 from tritonclient.utils import InferenceServerException
 
@@ -391,7 +391,7 @@ def test_bad_config_is_refused_clearly(server: ServerHandle, model: str) -> None
 
 def test_unreadable_model_file_is_refused_clearly(server: ServerHandle) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
-    with pytest.raises(InferenceServerException, match="cannot read .*x.json' as model_type"):
+    with pytest.raises(InferenceServerException, match=r"cannot read .*x\.json' as model_type"):
         client.load_model(CORRUPT)
 
 

@@ -174,7 +174,9 @@ def execute(instance: Any, batches: list[np.ndarray]) -> list[np.ndarray]:
 
     fp32 = types.BY_WIRE_NAME["FP32"]
     requests = [
-        InferenceRequest("m", inputs={"input__0": Tensor("input__0", fp32, rows)}, batch_size=len(rows))
+        InferenceRequest(
+            "m", inputs={"input__0": Tensor("input__0", fp32, rows)}, batch_size=len(rows)
+        )
         for rows in batches
     ]
     responses = instance.execute(requests, ComputeTiming())
