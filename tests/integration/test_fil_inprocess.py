@@ -219,3 +219,26 @@ def test_the_compiled_library_is_removed_at_unload(tmp_path: Path) -> None:
     assert library.is_file()
     model.finalize()
     assert not library.exists()
+
+
+def test_gpu_instances_need_an_xgboost_model(tmp_path: Path) -> None:
+    trained = tm.train_lightgbm("binary")
+    folder = tm.write_model(
+        tmp_path / "m", tm.fil_config(), lambda p: tm.write_lightgbm(trained, p), "model.txt"
+    )
+    model, _ = tm.load_in_process(folder)
+    with pytest.raises(UnsupportedError, match="GPU instances of model_type 'lightgbm'"):
+        model.create_instance(InstanceSpec("m_0", "GPU", 0))
+    model.finalize()
+
+
+def test_gpu_instances_need_xgboosts_cuda_build(tmp_path: Path) -> None:
+    import xgboost
+
+    if xgboost.build_info().get("USE_CUDA"):
+        pytest.skip("this xgboost has CUDA: tests/gpu/test_fil_gpu.py runs its GPU path")
+    folder = _xgboost_model(tmp_path / "m", tm.train_xgboost("binary"))
+    model, _ = tm.load_in_process(folder)
+    with pytest.raises(UnsupportedError, match="CPU-only build; GPU instances"):
+        model.create_instance(InstanceSpec("m_0", "GPU", 0))
+    model.finalize()
