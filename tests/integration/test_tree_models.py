@@ -42,7 +42,7 @@ class Served:
     filename: str
     parameters: dict[str, str]
     max_batch_size: int | None = None
-    dynamic_batching: bool = False
+    queue_delay_us: int | None = None  # the dynamic batcher's, when on
 
     def setting(self, key: str, default: str = "") -> str:
         return self.parameters.get(key, default)
@@ -68,7 +68,7 @@ GOOD: dict[str, Served] = {
         "xgboost.ubj",
         {"model_type": "xgboost_ubj", "output_class": "true", "threshold": "0.5", **PROBA},
         max_batch_size=64,
-        dynamic_batching=True,
+        queue_delay_us=200_000,
     ),
     "xgb_threshold": Served("xgb_binary", "xgboost.json", {"threshold": "0.3"}),
     "xgb_gtil": Served("xgb_binary", "xgboost.json", {"predictor": "gtil", **PROBA}),
@@ -193,7 +193,7 @@ def build_repository(root: Path) -> Path:
     for name, served in GOOD.items():
         config = tm.fil_config(
             max_batch_size=served.max_batch_size,
-            dynamic_batching=served.dynamic_batching,
+            queue_delay_us=served.queue_delay_us,
             **served.parameters,
         )
         tm.write_model(

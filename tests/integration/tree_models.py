@@ -116,17 +116,17 @@ def write_treelite_checkpoint(trained: Trained, path: Path) -> Path:
 def fil_config(
     *,
     max_batch_size: int | None = None,
-    dynamic_batching: bool = False,
+    queue_delay_us: int | None = None,
     instances: int | None = None,
     **parameters: str,
 ) -> str:
     """A ``backend: "fil"`` config.pbtxt with these FIL ``parameters`` (the rest left to
-    auto-complete)."""
+    auto-complete); ``queue_delay_us`` turns the dynamic batcher on with that delay."""
     lines = ['backend: "fil"']
     if max_batch_size is not None:
         lines.append(f"max_batch_size: {max_batch_size}")
-    if dynamic_batching:
-        lines.append("dynamic_batching { max_queue_delay_microseconds: 200000 }")
+    if queue_delay_us is not None:
+        lines.append(f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}")
     if instances is not None:
         lines.append(f"instance_group [ {{ count: {instances}, kind: KIND_CPU }} ]")
     for key, value in parameters.items():

@@ -166,7 +166,7 @@ class FilModel(BackendModel):
             assert toolchain is not None  # resolve_kind checked
             self._compiled = CompiledForest(self.forest, toolchain, location.name)
         log.info(
-            "model '%s': %s %s, %d features, %d classes; CPU predictor: %s",
+            "model '%s': %s %s, %d features, %d score columns; CPU predictor: %s",
             location.name,
             fmt.model_type,
             self.forest.task.name.lower(),
