@@ -161,16 +161,16 @@ def load_in_process(
         backend.auto_complete_config(config, location)
     model_config.normalize_config(config, gpu_ids=list(gpu_ids))
     model_config.validate_config(config)
-    config_json = model_config.config_to_json_dict(config)
-    return backend.load_model(config, config_json, location), config_json
+    spec = model_config.ModelSpec.from_config(config, 1)
+    return backend.load_model(spec, location, config), model_config.config_to_json_dict(config)
 
 
 def execute(instance: Any, batches: list[np.ndarray]) -> list[np.ndarray]:
     """One ``execute`` of ``instance`` over one request per batch; each request's output."""
     from pytriton_core import types
-    from pytriton_core.core.request import InferenceRequest
-    from pytriton_core.core.statistics import ComputeTiming
-    from pytriton_core.core.tensor import Tensor
+    from pytriton_core.inference.request import InferenceRequest
+    from pytriton_core.inference.statistics import ComputeTiming
+    from pytriton_core.inference.tensor import Tensor
 
     fp32 = types.BY_WIRE_NAME["FP32"]
     requests = [

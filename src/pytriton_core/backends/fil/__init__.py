@@ -15,7 +15,7 @@ scores it with the GIL released, and the rows scatter back to the requests.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
-from pytriton_core.backends.batching import Batch, BatchRunner, ModelIO
+from pytriton_core.backends.batching import Batch, BatchRunner
 from pytriton_core.backends.fil.forest import (
     INPUT_NAME,
     OUTPUT_NAME,
@@ -54,18 +54,12 @@ from pytriton_core.backends.fil.settings import (
     ModelFormat,
     PredictorKind,
 )
-from pytriton_core.backends.framework import (
-    VARIABLE,
-    ModelTensor,
-    check_config_io,
-    complete_config,
-    config_parameters,
-)
-from pytriton_core.config import config_to_json_dict
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.backends.framework import VARIABLE, ModelTensor, check_config_io, complete_config
+from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import UnsupportedError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +74,9 @@ _FORMAT_BY_SUFFIX = {
 }
 
 
-def model_file(location: ModelLocation, config_json: Mapping[str, Any], fmt: ModelFormat) -> Path:
+def model_file(location: ModelLocation, default_model_filename: str, fmt: ModelFormat) -> Path:
     """The version's model file: ``default_model_filename`` if set, else FIL's for the type."""
-    return location.version_dir / str(config_json.get("default_model_filename") or fmt.filename)
+    return location.version_dir / (default_model_filename or fmt.filename)
 
 
 def _model_tensors(forest: Forest, settings: FilSettings) -> tuple[ModelTensor, ModelTensor]:
@@ -100,16 +94,15 @@ class FilBackend(Backend):
         (``model_type`` from the file present, ``output_class`` from the model's task,
         ``threshold`` 0.5 for a classifier), then inputs, outputs and ``max_batch_size``."""
         cfg: Any = config
-        config_json = config_to_json_dict(config)
-        parameters = config_parameters(config_json)
+        parameters = {str(k): str(v.string_value) for k, v in cfg.parameters.items()}
         if "model_type" not in parameters:
-            found = _detect_format(location, config_json)
+            found = _detect_format(location, cfg.default_model_filename)
             if found is not None:
                 cfg.parameters["model_type"].string_value = found.model_type
                 parameters["model_type"] = found.model_type
         fmt = ModelFormat.parse(parameters.get("model_type", DEFAULT_MODEL_TYPE))
         forest = load_forest(
-            model_file(location, config_json, fmt),
+            model_file(location, cfg.default_model_filename, fmt),
             fmt,
             parameters.get("xgboost_allow_unknown_field") == "true",
         )
@@ -124,32 +117,31 @@ class FilBackend(Backend):
         model_input, model_output = _model_tensors(forest, settings)
         complete_config(config, [model_input], [model_output], location)
 
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
-        return FilModel(config_json, location)
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
+        return FilModel(spec, location)
 
 
-def _detect_format(location: ModelLocation, config_json: Mapping[str, Any]) -> ModelFormat | None:
-    filename = config_json.get("default_model_filename")
-    if filename:
-        return _FORMAT_BY_SUFFIX.get(Path(str(filename)).suffix)
+def _detect_format(location: ModelLocation, default_model_filename: str) -> ModelFormat | None:
+    if default_model_filename:
+        return _FORMAT_BY_SUFFIX.get(Path(default_model_filename).suffix)
     return next((f for f in ModelFormat if (location.version_dir / f.filename).is_file()), None)
 
 
 class FilModel(BackendModel):
-    def __init__(self, config_json: Mapping[str, Any], location: ModelLocation) -> None:
+    def __init__(self, spec: ModelSpec, location: ModelLocation) -> None:
         self.location = location
-        self.io = ModelIO.from_config_json(config_json)
-        self.settings = FilSettings.from_parameters(config_parameters(config_json), location.name)
-        if TREESHAP_OUTPUT_NAME in self.io.outputs:
+        self.model_spec = spec
+        self.settings = FilSettings.from_parameters(spec.parameters, location.name)
+        if TREESHAP_OUTPUT_NAME in spec.outputs:
             raise UnsupportedError(
                 f"model '{location.name}': output '{TREESHAP_OUTPUT_NAME}' (SHAP values) is "
                 "not supported by this FIL backend"
             )
         fmt = self.settings.model_format
         self.forest = load_forest(
-            model_file(location, config_json, fmt), fmt, self.settings.allow_unknown_field
+            model_file(location, spec.default_model_filename, fmt),
+            fmt,
+            self.settings.allow_unknown_field,
         )
         if self.settings.predict_proba and not self.settings.output_class:
             log.warning(
@@ -158,7 +150,7 @@ class FilModel(BackendModel):
                 location.name,
             )
         model_input, model_output = _model_tensors(self.forest, self.settings)
-        check_config_io(self.io, [model_input], [model_output], location.name)
+        check_config_io(spec, [model_input], [model_output], location.name)
         self.kind = resolve_kind(self.forest, self.settings, location.name)
         self._compiled: CompiledForest | None = None
         if self.kind is PredictorKind.COMPILED:
@@ -189,7 +181,7 @@ class FilModel(BackendModel):
 class FilInstance(BackendInstance):
     def __init__(self, model: FilModel, spec: InstanceSpec) -> None:
         self._settings = model.settings
-        self._runner = BatchRunner.for_instance(model.io, model.location)
+        self._runner = BatchRunner.for_instance(model.model_spec, model.location)
         self._gpu: Predictor | None = None
         self._cpu: Predictor | None = None
         if spec.kind == "GPU":
