@@ -27,7 +27,6 @@ them. served/raw is the share of the predictor's own speed that reaches clients.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -39,6 +38,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's root holds the 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import frameworks, toolbox
+from bench.backends import served_throughput
 from bench.clients.perf_analyzer import PerfAnalyzer, PerfAnalyzerRun
 from bench.servers import OURS, run_server
 
@@ -209,16 +209,7 @@ def served_table(
                     batch_size=rows,
                 )
                 tag = f"{model.name}-c{concurrency}-b{rows}"
-                analyzer.measure(run, logs, f"{tag}-warmup")
-                before = server.counts(model.name)
-                rates = [
-                    analyzer.measure(run, logs, f"{tag}-w{i + 1}").throughput
-                    for i in range(args.windows)
-                ]
-                after = server.counts(model.name)
-                if before is None or after is None:
-                    raise RuntimeError("the server's statistics extension did not answer")
-                batches = {s: c for s, c in after.since(before).batches.items() if c}
+                served, batches = served_throughput(analyzer, server, run, logs, tag, args.windows)
                 predictor = model.auto_predictor()
                 raw_by_size = frameworks.raw_throughputs(
                     model.runner(predictor),
@@ -233,7 +224,7 @@ def served_table(
                         predictor,
                         concurrency,
                         rows,
-                        statistics.median(rates),
+                        served,
                         mix,
                     )
                 )

@@ -163,6 +163,16 @@ def run_pytriton_server(
         yield handle
 
 
+def batch_counts(client: Any, model: str) -> dict[int, int]:
+    """``model``'s executions so far by batch size (the statistics' ``batch_stats``), from a
+    tritonclient HTTP client."""
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    return {
+        int(entry["batch_size"]): int(entry["compute_infer"]["count"])
+        for entry in stats.get("batch_stats", [])
+    }
+
+
 def require_real_triton() -> Path:
     """The real Triton's start.sh; skips the calling test when the tool or install is missing."""
     start = REAL_TRITON_TOOL / "start.sh"

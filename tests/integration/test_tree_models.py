@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tree_models as tm
 import tritonclient.http as httpclient
-from harness import ServerHandle, pytriton_cli_flags, run_pytriton_server
+from harness import ServerHandle, batch_counts, pytriton_cli_flags, run_pytriton_server
 from tritonclient.utils import InferenceServerException
 
 for _module in ("treelite", "tl2cgen", "lightgbm", "xgboost", "sklearn"):
@@ -354,7 +354,7 @@ def test_auto_complete(
 def test_dynamic_batching_keeps_each_requests_rows(server: ServerHandle) -> None:
     served = GOOD["xgb_proba"]
     client = httpclient.InferenceServerClient(server.http_url, concurrency=16)
-    before = _batch_counts(client, "xgb_proba")
+    before = batch_counts(client, "xgb_proba")
     sizes = [1, 2, 1, 3, 1, 1, 2, 1, 4, 1]
     batches = [tm.features(n, seed=200 + i) for i, n in enumerate(sizes)]
     pending = []
@@ -364,19 +364,11 @@ def test_dynamic_batching_keeps_each_requests_rows(server: ServerHandle) -> None
         pending.append(client.async_infer("xgb_proba", [tensor]))
     for rows, request in zip(batches, pending, strict=True):
         assert_matches(served, rows, request.get_result().as_numpy("output__0"))
-    after = _batch_counts(client, "xgb_proba")
+    after = batch_counts(client, "xgb_proba")
     formed = {size: after[size] - before.get(size, 0) for size in after}
     assert sum(size * count for size, count in formed.items()) == sum(sizes)
     assert max(size for size, count in formed.items() if count) > 1, formed
     client.close()
-
-
-def _batch_counts(client: httpclient.InferenceServerClient, model: str) -> dict[int, int]:
-    stats = client.get_inference_statistics(model)["model_stats"][0]
-    return {
-        int(entry["batch_size"]): int(entry["compute_infer"]["count"])
-        for entry in stats.get("batch_stats", [])
-    }
 
 
 @pytest.mark.parametrize("model", sorted(BAD))
