@@ -64,27 +64,35 @@ def _rows_for(instance: Any, seconds: float) -> np.ndarray:
         rows = np.concatenate([rows, rows])
 
 
-def _second_finishes_first(long_call: Any, short_call: Any) -> bool:
-    """Start ``long_call`` in a thread, then ``short_call`` in another once the first is
-    under way; whether the short one finished while the long one was still running."""
-    finished: list[str] = []
-    started = threading.Event()
+def _answers_during_the_prediction(first: Any, big: np.ndarray, second: Any) -> bool:
+    """Run ``big`` on instance ``first`` in a thread and, once its predictor is called, one
+    row on ``second`` in another: whether that answer came while the predictor of
+    ``first`` was still running (its call's start and end are stamped around it)."""
+    stamps: dict[str, float] = {}
+    inside = threading.Event()
+    predict = first._cpu.scores
 
-    def run(name: str, call: Any, signal: threading.Event | None) -> None:
-        if signal is not None:
-            signal.set()
-        call()
-        finished.append(name)
+    def stamped(rows: np.ndarray) -> np.ndarray:
+        stamps["enter"] = time.perf_counter()
+        inside.set()
+        scores: np.ndarray = predict(rows)
+        stamps["exit"] = time.perf_counter()
+        return scores
 
-    long_thread = threading.Thread(target=run, args=("long", long_call, started))
+    first._cpu.scores = stamped
+    long_thread = threading.Thread(target=tm.execute, args=(first, [big]))
     long_thread.start()
-    started.wait()
-    time.sleep(0.05)  # well inside the long call, which takes >= LONG_PREDICTION_S
-    short_thread = threading.Thread(target=run, args=("short", short_call, None))
+    inside.wait()
+
+    def answer() -> None:
+        tm.execute(second, [tm.features(1, seed=4)])
+        stamps["answered"] = time.perf_counter()
+
+    short_thread = threading.Thread(target=answer)
     short_thread.start()
     short_thread.join()
     long_thread.join()
-    return finished == ["short", "long"]
+    return stamps["enter"] < stamps["answered"] < stamps["exit"]
 
 
 @pytest.mark.parametrize(
@@ -116,10 +124,7 @@ def test_a_second_instance_answers_while_the_first_predicts(
     assert model.kind is PredictorKind(predictor)
     first, second = _instance(model, 0), _instance(model, 1)
     big = _rows_for(first, LONG_PREDICTION_S)
-    small = tm.features(1, seed=4)
-    assert _second_finishes_first(
-        lambda: tm.execute(first, [big]), lambda: tm.execute(second, [small])
-    )
+    assert _answers_during_the_prediction(first, big, second)
     model.finalize()
 
 
@@ -130,7 +135,7 @@ def test_the_overlap_check_catches_a_prediction_that_holds_the_gil(tmp_path: Pat
     model, _ = tm.load_in_process(folder)
     first, second = _instance(model, 0), _instance(model, 1)
     pattern, text = re.compile(r"(a+)+b"), "a" * 18
-    while True:  # long enough to outlast the 50 ms head start
+    while True:  # as long as the predictions above
         start = time.perf_counter()
         pattern.match(text)
         if time.perf_counter() - start >= LONG_PREDICTION_S:
@@ -142,10 +147,7 @@ def test_the_overlap_check_catches_a_prediction_that_holds_the_gil(tmp_path: Pat
         return np.zeros((len(rows), 1), np.float32)
 
     first._cpu.scores = holds_the_gil
-    assert not _second_finishes_first(
-        lambda: tm.execute(first, [tm.features(1)]),
-        lambda: tm.execute(second, [tm.features(1)]),
-    )
+    assert not _answers_during_the_prediction(first, tm.features(1), second)
     model.finalize()
 
 
@@ -241,4 +243,35 @@ def test_gpu_instances_need_xgboosts_cuda_build(tmp_path: Path) -> None:
     model, _ = tm.load_in_process(folder)
     with pytest.raises(UnsupportedError, match="CPU-only build; GPU instances"):
         model.create_instance(InstanceSpec("m_0", "GPU", 0))
+    model.finalize()
+
+
+@pytest.mark.parametrize("predictor", ["compiled", "gtil", "native"])
+def test_cpu_nthread_applies_to_large_batches_only(tmp_path: Path, predictor: str) -> None:
+    """Small batches run on one thread (a pool costs more than it saves there), batches of
+    PARALLEL_MIN_ROWS and more on cpu_nthread threads; the scores are the same."""
+    from pytriton_core.backends.fil.predictors import PARALLEL_MIN_ROWS
+
+    trained = tm.train_lightgbm("binary")
+    folder = tm.write_model(
+        tmp_path / "m",
+        tm.fil_config(
+            max_batch_size=PARALLEL_MIN_ROWS,
+            predictor=predictor,
+            cpu_nthread="2",
+            **{"predict_proba": "true"},
+        ),
+        lambda p: tm.write_lightgbm(trained, p),
+        "model.txt",
+    )
+    model, _ = tm.load_in_process(folder)
+    instance = _instance(model, 0)
+    scorer = instance._cpu
+    small, large = tm.features(8, seed=8), tm.features(PARALLEL_MIN_ROWS, seed=9)
+    assert not scorer.parallel(small) and scorer.parallel(large)
+    for rows in (small, large):
+        (scores,) = tm.execute(instance, [rows])
+        np.testing.assert_allclose(scores[:, 1], trained.predict(rows), rtol=1e-5, atol=2e-6)
+    if predictor == "compiled":
+        assert scorer._pool is not None
     model.finalize()

@@ -45,9 +45,22 @@ AUTO_PREDICTORS: dict[ModelFormat, tuple[PredictorKind, ...]] = {
 COMPILERS = ("gcc", "clang")  # the toolchains TL2cgen drives
 # -O1 compiles large forests about twice as fast as -O2/-O3 and predicted as fast here.
 COMPILE_OPTIONS = ["-O1"]
+# Below this many rows a batch runs on one thread (Predictor); measured here, two threads
+# lost to one up to 1024 rows and were at best even at 8192.
+PARALLEL_MIN_ROWS = 4096
 
 
 class Predictor(abc.ABC):
+    """``nthread`` is ``cpu_nthread``: <= 0 for every core. Batches smaller than
+    ``PARALLEL_MIN_ROWS`` run on one thread whatever it says: handing a small batch to a
+    thread pool costs more than it saves (measured: docs/tree-models.md)."""
+
+    def __init__(self, nthread: int) -> None:
+        self.nthread = nthread
+
+    def parallel(self, rows: np.ndarray) -> bool:
+        return self.nthread != 1 and len(rows) >= PARALLEL_MIN_ROWS
+
     @abc.abstractmethod
     def scores(self, rows: np.ndarray) -> np.ndarray:
         """(rows, features) FP32, C-contiguous -> (rows, classes) FP32 scores."""
@@ -59,26 +72,38 @@ class GtilPredictor(Predictor):
     def __init__(self, forest: Forest, nthread: int) -> None:
         import treelite
 
+        super().__init__(nthread)
         self._predict = treelite.gtil.predict
         self._model = forest.model
-        self._nthread = nthread if nthread > 0 else -1
 
     def scores(self, rows: np.ndarray) -> np.ndarray:
-        out = self._predict(self._model, rows, nthread=self._nthread)
+        threads = (self.nthread if self.nthread > 0 else -1) if self.parallel(rows) else 1
+        out = self._predict(self._model, rows, nthread=threads)
         return _as_scores(out[:, 0, :])
 
 
 class CompiledPredictor(Predictor):
-    """A TL2cgen predictor over the library ``CompiledForest`` built."""
+    """TL2cgen predictors over the library ``CompiledForest`` built: a one-thread one, and
+    (made on the first large batch) one with ``nthread`` threads."""
 
     def __init__(self, library: Path, nthread: int) -> None:
         import tl2cgen
 
+        super().__init__(nthread)
+        self._library = library
         self._matrix = tl2cgen.DMatrix
-        self._predictor = tl2cgen.Predictor(str(library), nthread=nthread if nthread > 0 else None)
+        self._make = tl2cgen.Predictor
+        self._single = tl2cgen.Predictor(str(library), nthread=1)
+        self._pool: Any = None
 
     def scores(self, rows: np.ndarray) -> np.ndarray:
-        out = self._predictor.predict(self._matrix(rows))
+        predictor = self._single
+        if self.parallel(rows):
+            if self._pool is None:
+                threads = self.nthread if self.nthread > 0 else None
+                self._pool = self._make(str(self._library), nthread=threads)
+            predictor = self._pool
+        out = predictor.predict(self._matrix(rows))
         return _as_scores(out[:, 0, :])
 
 
@@ -88,12 +113,14 @@ class LightGBMPredictor(Predictor):
     def __init__(self, forest: Forest, nthread: int) -> None:
         import lightgbm
 
+        super().__init__(nthread)
         self._booster = lightgbm.Booster(model_file=str(forest.path))
-        self._nthread = max(nthread, 0)  # 0: LightGBM's default (OpenMP's)
         self._columns = forest.num_class
 
     def scores(self, rows: np.ndarray) -> np.ndarray:
-        out = self._booster.predict(rows, num_threads=self._nthread)
+        # 0: LightGBM's default (OpenMP's, every core)
+        threads = max(self.nthread, 0) if self.parallel(rows) else 1
+        out = self._booster.predict(rows, num_threads=threads)
         return _as_scores(np.asarray(out).reshape(len(rows), self._columns))
 
 
@@ -108,7 +135,9 @@ class XGBoostPredictor(Predictor):
                 f"xgboost {xgboost.__version__} here is a CPU-only build; GPU instances of "
                 "XGBoost models need the CUDA build (pip install pytriton-core[fil-gpu])"
             )
+        super().__init__(nthread)
         self._booster = xgboost.Booster(model_file=str(forest.path))
+        # XGBoost's thread count is the booster's: cpu_nthread as given, for every batch.
         params: dict[str, Any] = {"nthread": nthread if nthread > 0 else 0}
         if gpu is not None:
             params["device"] = f"cuda:{gpu}"
