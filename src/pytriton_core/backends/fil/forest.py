@@ -128,8 +128,10 @@ def fil_outputs(scores: np.ndarray, settings: FilSettings) -> np.ndarray:
             return np.stack((1.0 - positive, positive), axis=1)
         return scores
     if settings.output_class:
+        classes: np.ndarray
         if scores.shape[1] == 1:
-            return (scores > np.float32(settings.threshold)).astype(np.float32)
-        classes: np.ndarray = np.argmax(scores, axis=1).astype(np.float32)
-        return classes.reshape(-1, 1)
+            classes = scores > np.float32(settings.threshold)
+        else:
+            classes = np.argmax(scores, axis=1).reshape(-1, 1)
+        return classes.astype(np.float32)
     return scores
