@@ -39,7 +39,7 @@ REAL_TRITON_TOOL = REPO_ROOT.parent / "shared" / "tools" / "real-triton"
 PERF_ANALYZER_INSTALLER = REPO_ROOT / "tools" / "install-perf-analyzer.sh"
 PROJECT_PERF_ANALYZER = REPO_ROOT / ".cache" / "perf-analyzer" / "bin" / "perf_analyzer"
 
-READY_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 180.0  # a wait, not a limit: loaded machines start the real Triton slowly
 STOP_TIMEOUT_S = 10.0
 LOOPBACK = "127.0.0.1"
 
