@@ -46,7 +46,7 @@ def test_unknown_backend_answers_as_triton_and_lists_the_known_ones() -> None:
     with pytest.raises(
         InvalidArgumentError,
         match=r"unable to find backend library for backend 'no-such-backend', try specifying "
-        r"runtime on the model configuration\. \(this server provides: onnxruntime, openvino",
+        r"runtime on the model configuration\. \(this server provides: fil, onnxruntime, openvino",
     ):
         BackendRegistry().get("no-such-backend")
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pytriton_core.backends.registry import BACKENDS
+
 GLOBAL = ""  # the backend name of keys given without one (--backend-config=<key>=<value>)
 _BATCH = "default-max-batch-size"  # the auto-completed max_batch_size of batchable models
 
-# The keys each backend reads (global keys reach every backend).
+# The keys each backend reads (global keys reach every backend); a backend not listed reads
+# none of its own.
 READ: dict[str, frozenset[str]] = {
     GLOBAL: frozenset({_BATCH}),
     "onnxruntime": frozenset(
@@ -59,7 +62,7 @@ def backend_config_notes(config: Mapping[str, Mapping[str, str]]) -> list[str]:
             flag = f"--backend-config={shown}{key}={value}"
             if meaning is not None:
                 notes.append(f"{flag}: {meaning}; the setting is not used")
-            elif backend and backend not in READ:
+            elif backend and backend not in BACKENDS:
                 notes.append(f"{flag}: this server has no backend '{backend}'; not used")
             else:
                 where = f"the {backend} backend" if backend else "any backend"
