@@ -21,7 +21,7 @@ import framework_models as fm
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from harness import ServerHandle, pytriton_cli_flags, run_pytriton_server
+from harness import ServerHandle, batch_counts, pytriton_cli_flags, run_pytriton_server
 from tritonclient.utils import InferenceServerException
 
 ort = pytest.importorskip("onnxruntime", reason="the onnxruntime extra is not installed")
@@ -280,7 +280,7 @@ def test_dynamic_batching(server: ServerHandle, repository: Path, model: str) ->
     input_name, output_name, reference_builder = MLP_MODELS[model]
     reference = reference_builder(repository)
     client = httpclient.InferenceServerClient(server.http_url, concurrency=16)
-    before = _batch_counts(client, model)
+    before = batch_counts(client, model)
     sizes = [1, 2, 1, 3, 1, 1, 2, 1]  # 12 rows: at most 8 per batch
     xs = [_inputs(rows, seed=100 + i) for i, rows in enumerate(sizes)]
     pending = []
@@ -291,19 +291,11 @@ def test_dynamic_batching(server: ServerHandle, repository: Path, model: str) ->
     for x, request in zip(xs, pending, strict=True):
         served = request.get_result().as_numpy(output_name)
         np.testing.assert_allclose(served, reference(x), rtol=1e-5, atol=1e-5)
-    after = _batch_counts(client, model)
+    after = batch_counts(client, model)
     formed = {size: after[size] - before.get(size, 0) for size in after}
     assert sum(size * count for size, count in formed.items()) == sum(sizes)
     assert max(size for size, count in formed.items() if count) > 1, formed
     client.close()
-
-
-def _batch_counts(client: httpclient.InferenceServerClient, model: str) -> dict[int, int]:
-    stats = client.get_inference_statistics(model)["model_stats"][0]
-    return {
-        int(entry["batch_size"]): int(entry["compute_infer"]["count"])
-        for entry in stats.get("batch_stats", [])
-    }
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -373,3 +365,22 @@ def test_concurrent_requests_across_backends(server: ServerHandle, repository: P
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(call, range(24)))
+
+
+def test_memory_usage_where_the_backend_can_tell(server: ServerHandle, repository: Path) -> None:
+    """PyTorch reports its module's parameter and buffer bytes per instance device, in the
+    statistics' memory_usage; ONNX Runtime cannot tell and reports none (docs/metrics.md)."""
+    module = torch.jit.load(str(repository / "torch_mlp" / "1" / "model.pt"))
+    weights = sum(t.untyped_storage().nbytes() for t in (*module.parameters(), *module.buffers()))
+    client = httpclient.InferenceServerClient(server.http_url)
+    (torch_stats,) = client.get_inference_statistics("torch_mlp")["model_stats"]
+    # The model has one KIND_CPU instance.
+    assert torch_stats["memory_usage"] == [{"type": "CPU", "id": 0, "byte_size": weights}]
+    (onnx_stats,) = client.get_inference_statistics("onnx_mlp")["model_stats"]
+    assert onnx_stats["memory_usage"] == []
+    import tritonclient.grpc as grpcclient
+
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
+    answer = grpc_client.get_inference_statistics("torch_mlp", as_json=True)
+    # (protobuf's JSON leaves out the zero device id)
+    assert answer["model_stats"][0]["memory_usage"] == [{"type": "CPU", "byte_size": str(weights)}]

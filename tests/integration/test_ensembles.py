@@ -503,7 +503,6 @@ def test_max_inflight_requests_bounds_each_step(server: ServerHandle) -> None:
             "bad_version",
             "ensemble 'bad_version' depends on 'double' whose required version 7 is not loaded.",
         ),
-        ("bad_unused", "ensemble input 'EXTRA' for ensemble bad_unused' is not used"),
     ],
 )
 def test_invalid_ensembles_fail_to_load_naming_the_step(
@@ -511,10 +510,26 @@ def test_invalid_ensembles_fail_to_load_naming_the_step(
 ) -> None:
     with pytest.raises(InferenceServerException) as caught:
         http.load_model(name)
-    assert message in caught.value.message()
+    # Checked against the composing models once they are loaded, as Triton does.
+    assert caught.value.message() == f"load failed for model '{name}': {message}\n"
     assert not http.is_model_ready(name)
     index = {e["name"]: e for e in http.get_model_repository_index()}
-    assert index[name]["state"] == "UNAVAILABLE" and message in index[name]["reason"]
+    assert "state" not in index[name]  # never loaded: the index lists its name only
+
+
+def test_an_ensemble_the_config_alone_refuses_fails_its_poll(
+    http: httpclient.InferenceServerClient, server: ServerHandle
+) -> None:
+    with pytest.raises(InferenceServerException) as caught:
+        http.load_model("bad_unused")
+    # As Triton: the poll step fails (the client's message), the detail goes to the log.
+    assert caught.value.message() == (
+        "failed to load 'bad_unused', failed to poll from model repository"
+    )
+    _eventually(
+        lambda: "ensemble input 'EXTRA' for ensemble bad_unused' is not used" in server.log(),
+        "the poll failure in the server log",
+    )
 
 
 def _state(http: httpclient.InferenceServerClient, name: str) -> tuple[str, str]:

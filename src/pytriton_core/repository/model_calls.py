@@ -12,7 +12,6 @@ import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytriton_core.config import config_from_json
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import InternalError, ServerError, UnavailableError
 from pytriton_core.inference.request import InferenceRequest
@@ -38,7 +37,8 @@ class InProcessCalls:
         self._options = options
 
     def model_spec(self, name: str, version: int) -> ModelSpec:
-        # A read of the manager's tables: safe from any thread (no await in between).
+        # Reads of the manager's tables, safe from another thread: a model's version table
+        # is replaced when it changes, never changed in place.
         return self._manager.get(name, version).spec
 
     def is_model_ready(self, name: str, version: int) -> bool:
@@ -59,8 +59,7 @@ class InProcessCalls:
 
     def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
         self._require_explicit_mode()
-        override = config_from_json(config_json) if config_json else None
-        self._run(self._manager.load(name, override, files or None))
+        self._run(self._manager.load(name, config_json or None, files or None))
 
     def unload_model(self, name: str, unload_dependents: bool) -> None:
         self._require_explicit_mode()

@@ -173,6 +173,8 @@ class EnsembleModel(Model):
                 compute_start_ns, input_end, infer_end, infer_end + run.compute_output_ns
             )
             stats.record_execution(request.batch_size, timing)
-            stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
+            # A request's duration is its queue and compute durations together, as Triton's.
+            start_ns = request.queue_start_ns
+            stats.record_request_success(start_ns, start_ns, timing, end_ns)
         self._in_flight -= 1
         self._signal_if_drained()

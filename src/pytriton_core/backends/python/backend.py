@@ -62,15 +62,16 @@ def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
     return location.version_dir / (default_model_filename or "model.py")
 
 
-def _running_model(location: ModelLocation) -> contextlib.AbstractContextManager[None]:
+def _running_model(location: ModelLocation) -> pb_utils.ModelContext:
     """What model code sees while it runs: its folder (``get_model_dir``) and its server's
     custom metrics."""
-    return pb_utils.model_context(str(location.model_dir), location.custom_metrics)
+    return pb_utils.ModelContext(str(location.model_dir), location.custom_metrics)
 
 
 def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
     if not path.is_file():
-        raise ModelConfigError(f"unable to find '{path}' for model '{location.name}'")
+        # The words of Triton's stub (Triton 2.51 itself then waits forever for the stub).
+        raise InternalError(f"Python model file not found in '{path}'")
     _install_pb_utils()
     module_name = f"_pytriton_model_{location.name}_{location.version}"
     with _import_lock, _running_model(location):
@@ -84,9 +85,7 @@ def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
-            raise InternalError(
-                f"failed to load model '{location.name}': {type(exc).__name__}: {exc}"
-            ) from exc
+            raise model_code_error(exc) from exc
     if not hasattr(module, "TritonPythonModel"):
         raise InternalError(
             f"failed to load model '{location.name}': {path} defines no class TritonPythonModel"
@@ -109,7 +108,10 @@ class PythonBackend(Backend):
         if hook is None:
             return
         with _running_model(location):
-            completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+            try:
+                completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+            except Exception as exc:
+                raise model_code_error(exc) from exc
         if not isinstance(completed, pb_utils.ModelConfig):
             raise ModelConfigError(
                 f"auto_complete_config function in model '{location.name}' must return a "
@@ -173,12 +175,17 @@ class PythonInstance(BackendInstance):
             self._bridge = BlsBridge(location.server, model.waits, caller, self._staging)
         model.waits.register(self._key, spec.name)
         self._loop: ModelLoop | None = None
+        # Entered around every call into the model; one per instance (one worker thread).
+        self._running = _running_model(location)
         try:
             with self._scope("initialize"):
                 self._python_model = model._module.TritonPythonModel()
                 initialize = getattr(self._python_model, "initialize", None)
                 if initialize is not None:
-                    self._run(initialize(args))
+                    try:
+                        self._run(initialize(args))
+                    except Exception as exc:
+                        raise model_code_error(exc) from exc
         except BaseException:
             self._close()
             raise
@@ -187,10 +194,7 @@ class PythonInstance(BackendInstance):
     def _scope(self, phase: str, bridge: BlsBridge | None = None) -> Iterator[None]:
         """What model code sees while a hook runs: its folder, its server's custom metrics
         and, for BLS, the server."""
-        with (
-            _running_model(self._model._location),
-            pb_utils.server_context(bridge or self._bridge, phase),
-        ):
+        with self._running, pb_utils.server_context(bridge or self._bridge, phase):
             yield
 
     def _model_loop(self) -> ModelLoop:
@@ -328,6 +332,12 @@ class PythonInstance(BackendInstance):
         return InferenceResponse(outputs=outputs, parameters=parameters)
 
 
+def model_code_error(exc: BaseException) -> InternalError:
+    """An exception raised by model code (import, auto-complete, initialize), as Triton's
+    stub reports it: ``<type>: <message>`` and the model's frames."""
+    return InternalError(f"{type(exc).__name__}: {exc}{_model_frames(exc)}")
+
+
 def _model_frames(exc: BaseException) -> str:
     """The model's stack at the error, innermost first, as Triton's stub reports it (the
     server's frames and the standard library's, e.g. asyncio's, left out)."""
@@ -342,7 +352,11 @@ def _model_frames(exc: BaseException) -> str:
     return "\n\nAt:\n" + lines
 
 
-_NOT_MODEL_CODE = (str(Path(__file__).parent) + "/", sysconfig.get_paths()["stdlib"] + "/")
+_NOT_MODEL_CODE = (
+    str(Path(__file__).parent) + "/",
+    sysconfig.get_paths()["stdlib"] + "/",
+    "<frozen ",  # importlib's bootstrap, around a model file's import
+)
 
 
 _CODE_BY_PB: dict[int, ErrorCode] = {}

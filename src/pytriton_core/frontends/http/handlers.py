@@ -26,6 +26,7 @@ from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.frontends.http.settings_handlers import add_settings_routes
 from pytriton_core.frontends.http.shm_handlers import add_shared_memory_routes
 from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
+from pytriton_core.inference.header_forwarding import compile_pattern, forward_headers
 from pytriton_core.repository.overrides import FILE_PREFIX
 from pytriton_core.service import InferenceService
 
@@ -36,6 +37,7 @@ _REPOSITORY = r"/v2/repository(?:/(?P<repository>[^/]+))?"
 
 def build_router(service: InferenceService) -> Router:
     router = Router()
+    forwarded = compile_pattern(service.options.http_header_forward_pattern)
 
     async def live(request: Request, match: RouteMatch) -> HttpResponse:
         return EMPTY_OK if service.is_live() else HttpResponse(400)
@@ -81,6 +83,9 @@ def build_router(service: InferenceService) -> Router:
             return refusal
         header_length = _header_length(request, len(body))
         decoded = decode_infer_request(model, body, header_length, service)
+        if forwarded is not None:
+            headers = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
+            forward_headers(decoded.request, headers, forwarded)
         response = await service.infer(model, decoded.request)
         trace = decoded.request.trace
         if trace is not None:

@@ -7,6 +7,7 @@ connections run concurrently. Responses are written as a list of buffers.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import time
@@ -22,7 +23,7 @@ from pytriton_core._native.http_framing import (
     build_response_head,
     framing_error,
 )
-from pytriton_core.errors import ServerError
+from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.messages import HttpResponse, error_response, plain_error
 from pytriton_core.frontends.http.router import Router
@@ -32,6 +33,9 @@ from pytriton_core.service import InferenceService
 log = logging.getLogger(__name__)
 
 _MAX_PIPELINED = 64  # stop reading from a client that queues more than this
+
+# --log-verbose=1 logs each request as Triton does, its method as libevhtp numbers it.
+_METHOD_CODES = {"GET": 0, "HEAD": 1, "POST": 2, "PUT": 3, "DELETE": 4, "OPTIONS": 8, "PATCH": 15}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +56,19 @@ class HttpFrontend:
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         max_body = self._service.options.http_max_input_size
-        self._server = await loop.create_server(
-            lambda: HttpProtocol(self._router, max_body, self._connections),
-            host,
-            port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: HttpProtocol(self._router, max_body, self._connections),
+                host,
+                port,
+                reuse_address=True,
+                reuse_port=self._service.options.reuse_http_port,
+                backlog=1024,
+            )
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:  # tritonserver's words
+                raise UnavailableError(f"Socket '{host}:{port}' already in use") from None
+            raise UnavailableError(f"failed to start HTTP service: {exc}") from None
         bound_port: int = self._server.sockets[0].getsockname()[1]
         log.info("Started HTTPService at %s:%d", host, bound_port)
         return bound_port
@@ -162,6 +172,9 @@ class HttpProtocol(asyncio.Protocol):
 
     async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
         RECEIVED.set((received_start, received_end))  # this task's own context
+        if log.isEnabledFor(logging.DEBUG):
+            code = _METHOD_CODES.get(request.method, -1)
+            log.debug("HTTP request: %d %s", code, request.path)
         try:
             response = await self._router.dispatch(request)
         except ServerError as exc:
