@@ -257,9 +257,9 @@ class ModelManager:
             for name in dict.fromkeys(d for m in ids for d in graph.closure(m.name))
             if (model_id := self._step_id(name)) is not None and model_id not in ids
         ]
-        by_name = {model_id.name: model_id for model_id in [*ids, *composing]}
+        by_name = _by_name([*ids, *composing])  # with namespacing, a name may be several
         for wave in dependencies.load_waves(list(by_name), graph.edges):
-            wave_ids = [by_name[name] for name in wave]
+            wave_ids = [model_id for name in wave for model_id in by_name[name]]
             outcomes = await asyncio.gather(
                 *(self._load_id(model_id) for model_id in wave_ids), return_exceptions=True
             )
@@ -334,9 +334,7 @@ class ModelManager:
                 await self._unload_unlocked(model_id, timeout_s)
 
         # Ensembles first, while the models they use still serve their last requests.
-        by_name: dict[str, list[ModelId]] = {}
-        for model_id in self._models:
-            by_name.setdefault(model_id.name, []).append(model_id)
+        by_name = _by_name(list(self._models))
         for wave in reversed(dependencies.load_waves(list(by_name), self._dependencies)):
             await asyncio.gather(*(unload(m) for name in wave for m in by_name[name]))
         self._load_pool.shutdown(wait=False)
@@ -359,9 +357,7 @@ class ModelManager:
         graph = await asyncio.to_thread(
             self._dependency_graph, [m.name for m in sorted(self._sources)]
         )
-        by_name: dict[str, list[ModelId]] = {}
-        for model_id in sorted(self._sources):
-            by_name.setdefault(model_id.name, []).append(model_id)
+        by_name = _by_name(sorted(self._sources))
         for wave in dependencies.load_waves(list(by_name), graph.edges):
             wave_ids = [m for name in wave for m in by_name[name]]
             outcomes = await asyncio.gather(
@@ -690,6 +686,14 @@ class ModelManager:
         polled = self._polled.pop(model_id, None)
         if polled is not None:
             polled.release()
+
+
+def _by_name(model_ids: list[ModelId]) -> dict[str, list[ModelId]]:
+    """The models of each name, in order (with namespacing a name may be several)."""
+    grouped: dict[str, list[ModelId]] = {}
+    for model_id in model_ids:
+        grouped.setdefault(model_id.name, []).append(model_id)
+    return grouped
 
 
 def _invalid_model_name(name: str) -> str:
