@@ -324,19 +324,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
         yield handle
 
 
-@pytest.fixture(scope="module")
-def http(server: ServerHandle) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.http_url, network_timeout=WAIT_S) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def grpc(server: ServerHandle) -> Iterator[grpcclient.InferenceServerClient]:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    yield client
-    client.close()
-
-
 def _tensor(module: Any, name: str, data: np.ndarray) -> Any:
     datatypes = {np.float32: "FP32", np.int32: "INT32", np.object_: "BYTES"}
     tensor = module.InferInput(name, list(data.shape), datatypes[data.dtype.type])

@@ -177,19 +177,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
         yield handle
 
 
-@pytest.fixture(scope="module")
-def http(server: ServerHandle) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.http_url, network_timeout=WAIT_S) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def grpc(server: ServerHandle) -> Iterator[grpcclient.InferenceServerClient]:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    yield client
-    client.close()
-
-
 def _loaded(http: httpclient.InferenceServerClient, *names: str) -> None:
     for name in names:
         if not http.is_model_ready(name):
