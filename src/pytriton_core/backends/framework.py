@@ -22,6 +22,7 @@ from pytriton_core import types
 from pytriton_core.backends.base import ModelLocation
 from pytriton_core.backends.batching import ModelIO, TensorIO
 from pytriton_core.errors import ModelConfigError
+from pytriton_core.paths import confined_path
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,12 @@ class ModelTensor:
 def model_path(location: ModelLocation, config_json: Mapping[str, Any], default: str) -> Path:
     """``<version>/<default_model_filename>``; raises ModelConfigError when it is missing."""
     filename = str(config_json.get("default_model_filename") or default)
-    path = location.version_dir / filename
+    path = confined_path(
+        location.model_dir,
+        str(location.version),
+        filename,
+        what=f"default_model_filename '{filename}'",
+    )
     if not path.exists():
         raise ModelConfigError(
             f"unable to find '{path}' for model '{location.name}' version {location.version}"

@@ -27,6 +27,7 @@ from pytriton_core.core.statistics import ComputeTiming, FailureReason, ModelSta
 from pytriton_core.core.validation import TensorSpecs, validate_request
 from pytriton_core.core.warmup import warmup_samples
 from pytriton_core.errors import ErrorCode, ServerError, UnavailableError
+from pytriton_core.paths import confined_path
 from pytriton_core.scheduling import create_scheduler
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ class Model:
         self._labels: dict[str, list[str]] = {}
         for output in config_json.get("output", ()):
             if output.get("label_filename"):
-                path = model_dir / output["label_filename"]
+                filename = str(output["label_filename"])
+                path = confined_path(model_dir, filename, what=f"label_filename '{filename}'")
                 self._labels[output["name"]] = classification.read_labels(path)
 
     def start(

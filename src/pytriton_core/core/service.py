@@ -25,6 +25,7 @@ from pytriton_core.errors import (
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager
 from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.paths import check_model_name
 from pytriton_core.repository.manager import ModelManager
 from pytriton_core.tracing import TraceManager
 
@@ -187,6 +188,7 @@ class InferenceService:
     ) -> None:
         """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
         self._require_explicit_mode()
+        check_model_name(name)
         override = config_from_json(config_json) if config_json else None
         await self.manager.load(name, override, files)
 

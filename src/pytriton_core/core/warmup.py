@@ -28,6 +28,7 @@ from pytriton_core.core.statistics import ComputeTiming
 from pytriton_core.core.tensor import Tensor
 from pytriton_core.core.tensor_data import array_from_bytes
 from pytriton_core.errors import InternalError, ModelConfigError, ServerError
+from pytriton_core.paths import confined_path
 
 WARMUP_DIR = "warmup"
 # How long a decoupled model may take to send the final response of a warm-up request.
@@ -92,7 +93,10 @@ def _sample_tensor(
     count = types.element_count(shape)
     array: np.ndarray
     if data.get("input_data_file"):
-        path = model_dir / WARMUP_DIR / str(data["input_data_file"])
+        filename = str(data["input_data_file"])
+        path = confined_path(
+            model_dir, WARMUP_DIR, filename, what=f"{where}: input_data_file '{filename}'"
+        )
         try:
             raw = path.read_bytes()
         except OSError as exc:

@@ -196,7 +196,10 @@ class ModelManager:
             raise InvalidArgumentError(f"failed to load '{name}': {error}")
 
     async def unload(self, name: str) -> None:
-        """Unload every version of a model; unknown names are ignored, as Triton does."""
+        """Unload every version of a model; unknown names are ignored, as Triton does, and
+        leave nothing behind (no index entry, no lock)."""
+        if name not in self._status and name not in self._models and name not in self._locks:
+            return
         async with self._lock(name):
             await self._unload_unlocked(name)
 
@@ -250,7 +253,12 @@ class ModelManager:
         async with self._lock(name):
             override = OverrideDirectory(name, files) if files else None
             model_dir = override.model_dir if override else self._known[name]
-            error = await self._load_unlocked(name, model_dir, config_override)
+            try:
+                error = await self._load_unlocked(name, model_dir, config_override)
+            except BaseException:
+                if override is not None:
+                    override.cleanup()
+                raise
             previous = self._override_dirs.pop(name, None)
             if error and override is not None:
                 override.cleanup()
@@ -306,6 +314,8 @@ class ModelManager:
         return "; ".join(errors) or None
 
     async def _unload_unlocked(self, name: str) -> None:
+        if name not in self._models and name not in self._status:
+            return  # never loaded (a load of it may have failed before any state)
         versions = self._models.pop(name, {})
         statuses = self._status.setdefault(name, {})
         for model in versions.values():

@@ -42,6 +42,7 @@ from pytriton_core.errors import (
     ModelConfigError,
     ServerError,
 )
+from pytriton_core.paths import confined_path
 
 MODULE_NAME = "triton_python_backend_utils"
 _import_lock = threading.Lock()
@@ -56,7 +57,12 @@ def _model_file(location: ModelLocation, config_json: Mapping[str, Any] | None) 
     filename = "model.py"
     if config_json and config_json.get("default_model_filename"):
         filename = str(config_json["default_model_filename"])
-    return location.version_dir / filename
+    return confined_path(
+        location.model_dir,
+        str(location.version),
+        filename,
+        what=f"default_model_filename '{filename}'",
+    )
 
 
 def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:

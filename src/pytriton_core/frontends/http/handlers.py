@@ -70,7 +70,7 @@ def build_router(service: InferenceService) -> Router:
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
         try:
-            body = compression.decode_body(
+            body = await compression.decode_body(
                 request.body,
                 request.headers.get("content-encoding"),
                 service.options.http_max_input_size,
@@ -87,14 +87,14 @@ def build_router(service: InferenceService) -> Router:
             if response.error is not None:
                 raise response.error
             http_response = encode_infer_response(model, decoded, response)
-            return compression.encode_response(
+            return await compression.encode_response(
                 http_response, request.headers.get("accept-encoding")
             )
         stamp_received(trace)
         try:
             if response.error is not None:
                 raise response.error
-            http_response = compression.encode_response(
+            http_response = await compression.encode_response(
                 encode_infer_response(model, decoded, response),
                 request.headers.get("accept-encoding"),
             )
