@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from pytriton_core.restricted import RestrictedOptions
+
 
 def bundled_repository() -> Path:
     """The example repository served when no --model-repository is given.
@@ -156,6 +158,8 @@ class ServerOptions:
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc: GrpcOptions = field(default_factory=GrpcOptions)
+    # --http-restricted-api / --grpc-restricted-protocol
+    restricted: RestrictedOptions = field(default_factory=RestrictedOptions)
     memory: MemoryOptions = field(default_factory=MemoryOptions)
 
     allow_metrics: bool = True

@@ -12,6 +12,7 @@ import grpc
 
 from pytriton_core import proto
 from pytriton_core.core.service import InferenceService
+from pytriton_core.frontends.grpc.restricted import restriction_of
 from pytriton_core.frontends.grpc.service import answering_errors
 
 SERVICE_NAME = proto.HEALTH_SERVICE.full_name
@@ -28,7 +29,9 @@ def health_handler(service: InferenceService) -> grpc.GenericRpcHandler:
         SERVICE_NAME,
         {
             "Check": grpc.unary_unary_rpc_method_handler(
-                answering_errors(check, "Health/Check"),
+                answering_errors(
+                    check, "Health/Check", restriction_of(service.options.restricted.grpc, "Check")
+                ),
                 request_deserializer=_HealthCheckRequest.FromString,
                 response_serializer=_HealthCheckResponse.SerializeToString,
             )

@@ -26,10 +26,12 @@ from pytriton_core.frontends.grpc.infer_codec import (
     encode_infer_response,
     read_request,
 )
+from pytriton_core.frontends.grpc.restricted import refuse_unless_allowed, restriction_of
 from pytriton_core.frontends.grpc.settings import log_settings, trace_setting
 from pytriton_core.frontends.grpc.shm_service import SharedMemoryRpcs
 from pytriton_core.frontends.grpc.stream import InferStream
 from pytriton_core.repository.overrides import FILE_PREFIX
+from pytriton_core.restricted import Restriction
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,10 @@ async def _abort(context: grpc.aio.ServicerContext, error: ServerError) -> None:
 
 
 def answering_errors(
-    method: Unary, rpc: str
+    method: Unary, rpc: str, restriction: Restriction | None = None
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await refuse_unless_allowed(restriction, context)
         try:
             return await method(request)
         except ServerError as exc:
@@ -77,8 +80,10 @@ class GrpcInferenceService(SharedMemoryRpcs):
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         handlers: dict[str, grpc.RpcMethodHandler] = {}
+        restricted = self._service.options.restricted.grpc
         for method in proto.GRPC_INFERENCE_SERVICE.methods:
             rpc = method.name
+            restriction = restriction_of(restricted, rpc)
             if rpc == "ModelStreamInfer":
                 handlers[rpc] = grpc.stream_stream_rpc_method_handler(self._model_stream_infer)
                 continue
@@ -90,7 +95,7 @@ class GrpcInferenceService(SharedMemoryRpcs):
             request_class = proto.message_class(method.input_type.full_name)
             response_class = proto.message_class(method.output_type.full_name)
             handlers[rpc] = grpc.unary_unary_rpc_method_handler(
-                answering_errors(implementation, rpc),
+                answering_errors(implementation, rpc, restriction),
                 request_deserializer=None if raw else request_class.FromString,
                 response_serializer=None if raw else response_class.SerializeToString,
             )
@@ -160,6 +165,8 @@ class GrpcInferenceService(SharedMemoryRpcs):
     async def _model_stream_infer(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
+        restriction = restriction_of(self._service.options.restricted.grpc, "ModelStreamInfer")
+        await refuse_unless_allowed(restriction, context)
         await InferStream(self._service, context).run(requests)
 
     # ------------------------------------------------- logging and trace

@@ -19,6 +19,7 @@ from pytriton_core.frontends.http.messages import HttpResponse, json_response
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.logging_settings import SETTABLE, parse_log_format
 from pytriton_core.options import LogFormat
+from pytriton_core.restricted import ApiCategory
 from pytriton_core.tracing import changes_from_json
 
 
@@ -39,9 +40,14 @@ def add_settings_routes(router: Router, service: InferenceService) -> None:
         body = document if isinstance(document, dict) else {}
         return json_response(service.tracer.update(model, changes_from_json(body)))
 
-    router.add(r"/v2/logging", GET=get_logging, POST=post_logging)
-    router.add(r"/v2/trace/setting", GET=get_trace, POST=post_trace)
-    router.add(r"/v2/models/(?P<model>[^/]+)/trace/setting", GET=get_trace, POST=post_trace)
+    router.add(r"/v2/logging", ApiCategory.LOGGING, GET=get_logging, POST=post_logging)
+    router.add(r"/v2/trace/setting", ApiCategory.TRACE, GET=get_trace, POST=post_trace)
+    router.add(
+        r"/v2/models/(?P<model>[^/]+)/trace/setting",
+        ApiCategory.TRACE,
+        GET=get_trace,
+        POST=post_trace,
+    )
 
 
 def _traced_model(service: InferenceService, match: RouteMatch) -> str | None:

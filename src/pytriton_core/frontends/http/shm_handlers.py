@@ -18,6 +18,7 @@ from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError, InvalidArgumentError
 from pytriton_core.frontends.http.messages import EMPTY_OK, HttpResponse, json_response
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
+from pytriton_core.restricted import ApiCategory
 
 _REGION = r"(?:/region/(?P<region>[^/]+))?"
 SYSTEM_SHM = r"/v2/systemsharedmemory" + _REGION
@@ -113,9 +114,9 @@ def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
         shared_memory.unregister("cuda", match.get("region"))
         return EMPTY_OK
 
-    router.add(SYSTEM_SHM + "/status", GET=system_status)
-    router.add(SYSTEM_SHM + "/register", POST=system_register)
-    router.add(SYSTEM_SHM + "/unregister", POST=system_unregister)
-    router.add(CUDA_SHM + "/status", GET=cuda_status)
-    router.add(CUDA_SHM + "/register", POST=cuda_register)
-    router.add(CUDA_SHM + "/unregister", POST=cuda_unregister)
+    router.add(SYSTEM_SHM + "/status", ApiCategory.SHARED_MEMORY, GET=system_status)
+    router.add(SYSTEM_SHM + "/register", ApiCategory.SHARED_MEMORY, POST=system_register)
+    router.add(SYSTEM_SHM + "/unregister", ApiCategory.SHARED_MEMORY, POST=system_unregister)
+    router.add(CUDA_SHM + "/status", ApiCategory.SHARED_MEMORY, GET=cuda_status)
+    router.add(CUDA_SHM + "/register", ApiCategory.SHARED_MEMORY, POST=cuda_register)
+    router.add(CUDA_SHM + "/unregister", ApiCategory.SHARED_MEMORY, POST=cuda_unregister)
