@@ -8,11 +8,9 @@ there is no stub process and no /dev/shm pool: tensors stay numpy arrays end to 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import inspect
 import json
 import sys
-import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +29,7 @@ from pytriton_core.backends.base import (
 )
 from pytriton_core.backends.framework import config_parameters, flag
 from pytriton_core.backends.python import pb_utils
+from pytriton_core.backends.python.model_imports import ModelImporter
 from pytriton_core.config import config_from_json, config_to_json_dict
 from pytriton_core.core.request import InferenceRequest
 from pytriton_core.core.response import InferenceResponse
@@ -45,7 +44,6 @@ from pytriton_core.errors import (
 from pytriton_core.paths import confined_path
 
 MODULE_NAME = "triton_python_backend_utils"
-_import_lock = threading.Lock()
 
 
 def _install_pb_utils() -> None:
@@ -65,30 +63,27 @@ def _model_file(location: ModelLocation, config_json: Mapping[str, Any] | None) 
     )
 
 
-def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
+def _import_model_module(path: Path, location: ModelLocation) -> tuple[ModuleType, ModelImporter]:
+    """The model file as a module of its own import namespace (model_imports.py): its
+    helper modules are found in its version folder, then its model folder, and in no
+    other model's."""
     if not path.is_file():
         raise ModelConfigError(f"unable to find '{path}' for model '{location.name}'")
     _install_pb_utils()
-    module_name = f"_pytriton_model_{location.name}_{location.version}"
-    with _import_lock:
-        # Models import their sibling modules, as they do under Triton's stub.
-        if str(location.version_dir) not in sys.path:
-            sys.path.append(str(location.version_dir))
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ModelConfigError(f"unable to load '{path}' for model '{location.name}'")
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            raise InternalError(
-                f"failed to load model '{location.name}': {type(exc).__name__}: {exc}"
-            ) from exc
+    importer = ModelImporter([location.version_dir, location.model_dir])
+    try:
+        module = importer.import_file(path)
+    except Exception as exc:
+        importer.release()
+        raise InternalError(
+            f"failed to load model '{location.name}': {type(exc).__name__}: {exc}"
+        ) from exc
     if not hasattr(module, "TritonPythonModel"):
+        importer.release()
         raise InternalError(
             f"failed to load model '{location.name}': {path} defines no class TritonPythonModel"
         )
-    return module
+    return module, importer
 
 
 class PythonBackend(Backend):
@@ -96,12 +91,14 @@ class PythonBackend(Backend):
 
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
         config_json = config_to_json_dict(config)
-        module = _import_model_module(_model_file(location, config_json), location)
-        model_class = module.TritonPythonModel
-        hook = getattr(model_class, "auto_complete_config", None)
-        if hook is None:
-            return
-        completed = hook(pb_utils.ModelConfig(json.dumps(config_json)))
+        module, importer = _import_model_module(_model_file(location, config_json), location)
+        try:
+            hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
+            if hook is None:
+                return
+            completed = hook(pb_utils.ModelConfig(json.dumps(config_json)))
+        finally:
+            importer.release()  # load_model imports the model afresh
         if not isinstance(completed, pb_utils.ModelConfig):
             raise ModelConfigError(
                 f"auto_complete_config function in model '{location.name}' must return a "
@@ -112,15 +109,24 @@ class PythonBackend(Backend):
     def load_model(
         self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
     ) -> BackendModel:
-        module = _import_model_module(_model_file(location, config_json), location)
-        return PythonModel(module, config_json, location)
+        module, importer = _import_model_module(_model_file(location, config_json), location)
+        try:
+            return PythonModel(module, importer, config_json, location)
+        except BaseException:
+            importer.release()
+            raise
 
 
 class PythonModel(BackendModel):
     def __init__(
-        self, module: ModuleType, config_json: Mapping[str, Any], location: ModelLocation
+        self,
+        module: ModuleType,
+        importer: ModelImporter,
+        config_json: Mapping[str, Any],
+        location: ModelLocation,
     ) -> None:
         self._module = module
+        self._importer = importer
         self._config_json = config_json
         self._location = location
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(dict(config_json))
@@ -133,6 +139,9 @@ class PythonModel(BackendModel):
                 f"Python model {_model_file(location, config_json)} does not implement "
                 "`execute` method."
             )
+
+    def finalize(self) -> None:
+        self._importer.release()
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         args = {

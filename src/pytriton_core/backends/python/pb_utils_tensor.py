@@ -365,16 +365,23 @@ class Tensor:
         return self._array is not None
 
     def as_numpy(self) -> npt.NDArray[Any]:
-        """The data as numpy (shared, not copied). BYTES: an object array.
+        """The data as numpy, writable. BYTES: an object array.
 
-        Refused, as in Triton, for GPU tensors and for BF16 (numpy has no bfloat16; use
-        DLPack, e.g. ``torch.from_dlpack(tensor)``).
+        Shared, not copied, where the memory may be written (an HTTP body, a model's own
+        array). Inputs over immutable memory (a gRPC message, a client's shared-memory
+        region) are copied once, on first use: a model may write its inputs, as under
+        Triton's stub, whose inputs are its own copies. Refused, as in Triton, for GPU
+        tensors and for BF16 (numpy has no bfloat16; use DLPack, e.g.
+        ``torch.from_dlpack(tensor)``).
         """
         array = self._cpu_array()
         if self._datatype is _BF16:
             raise TritonModelException(
                 "a BF16 tensor has no numpy form; use to_dlpack() / from_dlpack() instead"
             )
+        if not array.flags.writeable:
+            array = array.copy()
+            self._array = array
         return array
 
     def to_dlpack(self) -> Any:  # a PyCapsule
