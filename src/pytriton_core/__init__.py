@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from pytriton_core._version import __version__
 from pytriton_core.api import Server
 from pytriton_core.errors import (
     AlreadyExistsError,

@@ -25,14 +25,14 @@ import numpy as np
 import uvloop
 
 from pytriton_core import types
-from pytriton_core.core.request import InferenceRequest, RequestedOutput
-from pytriton_core.core.response import ParameterValue
-from pytriton_core.core.service import InferenceService
-from pytriton_core.core.tensor import Tensor
 from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.response import ParameterValue
+from pytriton_core.inference.tensor import Tensor
 from pytriton_core.logging_settings import parse_log_format
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.server import ServerRuntime
+from pytriton_core.service import InferenceService
 
 T = TypeVar("T")
 
@@ -243,7 +243,7 @@ class Server:
         """The trace extension: the global (or ``model``'s) settings, after applying
         ``changes`` (``trace_level=["TIMESTAMPS"]``, ``trace_rate="1"``; None clears)."""
         parsed = {k: [v] if isinstance(v, str) else v for k, v in changes.items()}
-        return self._on_loop(self._service.tracer.update, model, parsed)
+        return self._on_loop(self._service.update_trace_settings, model, parsed)
 
     def _on_loop(self, function: Callable[..., T], *args: Any) -> T:
         """Run a synchronous core call on the server's loop: the core is single-threaded."""
@@ -270,7 +270,7 @@ def _update_log_settings(service: InferenceService, changes: Mapping[str, Any]) 
                 f"invalid argument for log_format, got: {values['log_format']}"
             )
         values["log_format"] = parsed
-    return service.log_control.update(values).to_json()
+    return service.update_log_settings(values)
 
 
 def _version_text(version: int | None) -> str | None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from pytriton_core.options import ApiCategory, RestrictedOptions
 from pytriton_core.restricted import (
     GRPC_HEADER_PREFIX,
-    ApiCategory,
-    RestrictedOptions,
     RestrictionSyntaxError,
     parse_restrictions,
 )

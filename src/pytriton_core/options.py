@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from pytriton_core.restricted import RestrictedOptions
-
 
 def bundled_repository() -> Path:
     """The example repository served when no --model-repository is given.
@@ -142,6 +140,54 @@ class MemoryOptions:
     cuda_memory_pool_byte_size: Mapping[int, int] = field(
         default_factory=lambda: MappingProxyType({})
     )
+
+
+# --- --http-restricted-api / --grpc-restricted-protocol (parsed and checked in restricted.py)
+
+
+class ApiCategory(enum.Enum):
+    """Triton's restricted categories (``RESTRICTED_CATEGORY_NAMES``), in its order."""
+
+    HEALTH = "health"
+    METADATA = "metadata"
+    INFERENCE = "inference"
+    SHARED_MEMORY = "shared-memory"
+    MODEL_CONFIG = "model-config"
+    MODEL_REPOSITORY = "model-repository"
+    STATISTICS = "statistics"
+    TRACE = "trace"
+    LOGGING = "logging"
+
+
+@dataclass(frozen=True)
+class Restriction:
+    header: str  # the header (HTTP) or metadata key (gRPC, prefixed) a request must carry
+    value: str  # ... with exactly this value
+
+
+def _no_restrictions() -> Mapping[ApiCategory, Restriction]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class RestrictedApis:
+    """The restricted categories of one protocol and what each requires."""
+
+    by_category: Mapping[ApiCategory, Restriction] = field(default_factory=_no_restrictions)
+
+    def get(self, category: ApiCategory) -> Restriction | None:
+        return self.by_category.get(category)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_category)
+
+
+@dataclass(frozen=True)
+class RestrictedOptions:
+    """``--http-restricted-api`` and ``--grpc-restricted-protocol``, resolved."""
+
+    http: RestrictedApis = field(default_factory=RestrictedApis)
+    grpc: RestrictedApis = field(default_factory=RestrictedApis)
 
 
 @dataclass(frozen=True)

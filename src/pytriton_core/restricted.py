@@ -9,59 +9,13 @@ default, as in Triton.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
-
-class ApiCategory(enum.Enum):
-    """Triton's restricted categories (``RESTRICTED_CATEGORY_NAMES``), in its order."""
-
-    HEALTH = "health"
-    METADATA = "metadata"
-    INFERENCE = "inference"
-    SHARED_MEMORY = "shared-memory"
-    MODEL_CONFIG = "model-config"
-    MODEL_REPOSITORY = "model-repository"
-    STATISTICS = "statistics"
-    TRACE = "trace"
-    LOGGING = "logging"
-
+from pytriton_core.options import ApiCategory, RestrictedApis, RestrictedOptions, Restriction
 
 # gRPC keys get this prefix (Triton's kRestrictedProtocolHeaderTemplate).
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
-
-
-@dataclass(frozen=True)
-class Restriction:
-    header: str  # the header (HTTP) or metadata key (gRPC, prefixed) a request must carry
-    value: str  # ... with exactly this value
-
-
-def _no_restrictions() -> Mapping[ApiCategory, Restriction]:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class RestrictedApis:
-    """The restricted categories of one protocol and what each requires."""
-
-    by_category: Mapping[ApiCategory, Restriction] = field(default_factory=_no_restrictions)
-
-    def get(self, category: ApiCategory) -> Restriction | None:
-        return self.by_category.get(category)
-
-    def __bool__(self) -> bool:
-        return bool(self.by_category)
-
-
-@dataclass(frozen=True)
-class RestrictedOptions:
-    """``--http-restricted-api`` and ``--grpc-restricted-protocol``, resolved."""
-
-    http: RestrictedApis = field(default_factory=RestrictedApis)
-    grpc: RestrictedApis = field(default_factory=RestrictedApis)
 
 
 class RestrictionSyntaxError(ValueError):

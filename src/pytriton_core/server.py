@@ -8,7 +8,6 @@ import signal
 
 from pytriton_core.backends.python.pb_utils_metrics import MetricRegistry, set_metric_registry
 from pytriton_core.backends.registry import BackendRegistry
-from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError
 from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
@@ -19,6 +18,7 @@ from pytriton_core.metrics import MetricsEndpoint, MetricsReporter
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
 from pytriton_core.restricted import open_repository_api_warning
+from pytriton_core.service import InferenceService
 from pytriton_core.tracing import TraceManager
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class ServerRuntime:
         self._http: HttpFrontend | None = None
         self._grpc: GrpcFrontend | None = None
         self._service: InferenceService | None = None
+        self._manager: ModelManager | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
@@ -61,7 +62,9 @@ class ServerRuntime:
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
         set_metric_registry(self.metric_registry)  # before any model creates its families
         staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
-        manager = ModelManager(self.options, BackendRegistry(), loop, host_staging=staging)
+        manager = self._manager = ModelManager(
+            self.options, BackendRegistry(), loop, host_staging=staging
+        )
         shared_memory = SharedMemoryManager(
             allow_client=self.options.memory.allow_client_shm, staging=staging
         )
@@ -103,7 +106,7 @@ class ServerRuntime:
                 self.options.metrics,
                 manager.loaded,
                 self.metric_registry,
-                pinned_pool=self._service.shared_memory.staging.stats,
+                pinned_pool=staging.stats,
             )
             await self._reporter.start()
             self._metrics_endpoint = MetricsEndpoint(self._reporter)
@@ -125,15 +128,14 @@ class ServerRuntime:
         Then the front ends close, every model is unloaded (``finalize``) and held traces
         are written.
         """
-        service = self._service
-        if service is None or service.exiting:
+        service, manager = self._service, self._manager
+        if service is None or manager is None or service.exiting:
             return
         service.exiting = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.exit_timeout_secs
         if self._poller is not None:
             self._poller.cancel()
-        manager = service.manager
         if manager.in_flight():
             log.info("waiting for %d in-flight inference requests", manager.in_flight())
         while manager.in_flight() and loop.time() < deadline:

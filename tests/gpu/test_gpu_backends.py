@@ -27,9 +27,9 @@ from pytriton_core import config as model_config
 from pytriton_core import proto, types
 from pytriton_core.backends.base import BackendInstance, InstanceSpec, ModelLocation
 from pytriton_core.backends.registry import BackendRegistry
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import Tensor
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import Tensor
 
 FP32 = types.BY_WIRE_NAME["FP32"]
 
@@ -65,8 +65,8 @@ def _load(
     backend.auto_complete_config(config, location)
     model_config.normalize_config(config, gpu_ids=[0])
     model_config.validate_config(config)
-    config_json = model_config.config_to_json_dict(config)
-    return backend.load_model(config, config_json, location), config_json
+    spec = model_config.ModelSpec.from_config(config, 1)
+    return backend.load_model(spec, location, config), model_config.config_to_json_dict(config)
 
 
 def _execute(instance: BackendInstance, name: str, xs: Sequence[np.ndarray]) -> list[Any]:

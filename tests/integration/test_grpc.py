@@ -43,8 +43,8 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pytriton_core import Server, ServerOptions, __version__
-from pytriton_core.core.service import EXTENSIONS
 from pytriton_core.memory import CLIENT_SHM_DISABLED
+from pytriton_core.service import EXTENSIONS
 
 REPOSITORIES = [TEST_MODELS_REPOSITORY, EXAMPLES_REPOSITORY]
 

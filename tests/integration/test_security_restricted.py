@@ -140,7 +140,10 @@ def test_a_restricted_stream_is_refused(server: ServerHandle) -> None:
     tensor.set_data_from_numpy(np.ones(1, np.float32))
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         client.start_stream(callback=lambda result, error: results.append(error or result))
-        client.async_stream_infer("alpha", [tensor])
+        try:
+            client.async_stream_infer("alpha", [tensor])
+        except InferenceServerException:
+            pass  # the server may end the stream before the request is queued
         client.stop_stream()
         client.start_stream(
             callback=lambda result, error: results.append(error or result), headers=GRPC_INFER

@@ -12,7 +12,7 @@ import pytest
 
 from pytriton_core import proto, types
 from pytriton_core.backends.base import ModelLocation
-from pytriton_core.backends.batching import Batch, BatchRunner, ModelIO, failed_responses
+from pytriton_core.backends.batching import Batch, BatchRunner, failed_responses
 from pytriton_core.backends.framework import (
     ModelTensor,
     check_config_io,
@@ -20,14 +20,20 @@ from pytriton_core.backends.framework import (
     default_max_batch_size,
     flag,
 )
-from pytriton_core.core.request import InferenceRequest, RequestedOutput
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import Tensor
+from pytriton_core.config import ModelSpec, config_from_json
 from pytriton_core.errors import InternalError, ModelConfigError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import Tensor
 from pytriton_core.memory.pinned import StagingPool
 
 FP32 = types.BY_WIRE_NAME["FP32"]
 BYTES = types.BY_WIRE_NAME["BYTES"]
+
+
+def _spec(config: dict[str, Any]) -> ModelSpec:
+    """The spec of a config given in Triton's JSON form."""
+    return ModelSpec.from_config(config_from_json(config), 1)
 
 
 def _config(max_batch_size: int = 8, **extra: Any) -> dict[str, Any]:
@@ -61,7 +67,7 @@ def _model(batch: Batch) -> Mapping[str, np.ndarray]:
 
 
 def test_batch_is_gathered_run_once_and_scattered() -> None:
-    runner = BatchRunner(ModelIO.from_config_json(_config()), "m")
+    runner = BatchRunner(_spec(_config()), "m")
     calls: list[Batch] = []
 
     def run(batch: Batch) -> Mapping[str, np.ndarray]:
@@ -88,7 +94,7 @@ def test_batch_is_gathered_run_once_and_scattered() -> None:
 def test_gpu_instances_gather_into_the_staging_pool() -> None:
     # Without a GPU the staging pool is pageable; its accounting shows the batch came from it.
     staging = StagingPool(1 << 20)
-    runner = BatchRunner(ModelIO.from_config_json(_config()), "m", staging=staging)
+    runner = BatchRunner(_spec(_config()), "m", staging=staging)
     seen: list[np.ndarray] = []
 
     def run(batch: Batch) -> Mapping[str, np.ndarray]:
@@ -106,7 +112,7 @@ def test_gpu_instances_gather_into_the_staging_pool() -> None:
 
 
 def test_batch_of_one_is_handed_over_without_copy() -> None:
-    runner = BatchRunner(ModelIO.from_config_json(_config()), "m")
+    runner = BatchRunner(_spec(_config()), "m")
     request = _request(2, 0)
     seen: list[np.ndarray] = []
 
@@ -119,7 +125,7 @@ def test_batch_of_one_is_handed_over_without_copy() -> None:
 
 
 def test_outputs_scatter_as_views() -> None:
-    runner = BatchRunner(ModelIO.from_config_json(_config()), "m")
+    runner = BatchRunner(_spec(_config()), "m")
     produced: dict[str, np.ndarray] = {}
 
     def run(batch: Batch) -> Mapping[str, np.ndarray]:
@@ -131,7 +137,7 @@ def test_outputs_scatter_as_views() -> None:
 
 
 def test_only_requested_outputs_are_computed_and_returned() -> None:
-    runner = BatchRunner(ModelIO.from_config_json(_config()), "m")
+    runner = BatchRunner(_spec(_config()), "m")
     asked: list[list[str]] = []
 
     def run(batch: Batch) -> Mapping[str, np.ndarray]:
@@ -150,7 +156,7 @@ def test_model_without_batching_runs_each_request() -> None:
     config = _config(0)
     config["input"][0]["dims"] = [-1, 2]
     config["output"] = [{"name": "A", "data_type": "TYPE_FP32", "dims": [-1, 2]}]
-    runner = BatchRunner(ModelIO.from_config_json(config), "m")
+    runner = BatchRunner(_spec(config), "m")
     sizes: list[int] = []
 
     def run(batch: Batch) -> Mapping[str, np.ndarray]:
@@ -163,7 +169,7 @@ def test_model_without_batching_runs_each_request() -> None:
 
 
 def test_a_failing_batch_raises_for_the_core_to_fail_it() -> None:
-    runner = BatchRunner(ModelIO.from_config_json(_config()), "m")
+    runner = BatchRunner(_spec(_config()), "m")
 
     def boom(batch: Batch) -> Mapping[str, np.ndarray]:
         raise RuntimeError("kernel exploded")
@@ -177,7 +183,7 @@ def test_without_batching_only_the_failing_request_fails() -> None:
     config["output"] = [{"name": "A", "data_type": "TYPE_FP32", "dims": [2]}]
     config["input"][0]["dims"] = [-1, 2]
     config["output"][0]["dims"] = [-1, 2]
-    runner = BatchRunner(ModelIO.from_config_json(config), "m")
+    runner = BatchRunner(_spec(config), "m")
 
     def picky(batch: Batch) -> Mapping[str, np.ndarray]:
         x = batch.inputs["X"]
@@ -209,7 +215,7 @@ def test_without_batching_only_the_failing_request_fails() -> None:
 def test_malformed_outputs_fail_with_the_output_named(
     outputs: dict[str, np.ndarray], message: str
 ) -> None:
-    runner = BatchRunner(ModelIO.from_config_json(_config()), "m")
+    runner = BatchRunner(_spec(_config()), "m")
     with pytest.raises(InternalError, match=re.escape(message)):
         runner.execute([_request(1, 0), _request(2, 0)], ComputeTiming(), lambda b: outputs)
 
@@ -223,7 +229,7 @@ def test_failed_responses_are_distinct_objects() -> None:
 def test_string_outputs_become_bytes() -> None:
     config = _config()
     config["output"] = [{"name": "S", "data_type": "TYPE_STRING", "dims": [1]}]
-    runner = BatchRunner(ModelIO.from_config_json(config), "m")
+    runner = BatchRunner(_spec(config), "m")
     responses = runner.execute(
         [_request(1, 0), _request(1, 0)],
         ComputeTiming(),
@@ -302,7 +308,7 @@ def test_unsupported_model_type_is_named() -> None:
 
 
 def test_check_config_io() -> None:
-    io = ModelIO.from_config_json(
+    io = _spec(
         {
             "max_batch_size": 4,
             "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [16]}],

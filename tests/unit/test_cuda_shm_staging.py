@@ -24,10 +24,11 @@ import numpy as np
 import pytest
 
 from pytriton_core import types
-from pytriton_core.backends.batching import BatchRunner, ModelIO
-from pytriton_core.core.request import InferenceRequest, RequestedOutput
-from pytriton_core.core.tensor import DeviceTensor, Tensor
+from pytriton_core.backends.batching import BatchRunner
+from pytriton_core.config import ModelSpec, config_from_json
 from pytriton_core.errors import InternalError, InvalidArgumentError, ServerError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.memory import SharedMemoryManager, ShmReference, StagingPool, cuda_shm
 from pytriton_core.memory.device import DeviceArray, DevicePools
 
@@ -281,12 +282,15 @@ def _request(tensor: Tensor, *, to_region: bool = False) -> InferenceRequest:
     return request
 
 
-IDENTITY_IO = ModelIO.from_config_json(
-    {
-        "max_batch_size": 8,
-        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["4"]}],
-        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": ["4"]}],
-    }
+IDENTITY_IO = ModelSpec.from_config(
+    config_from_json(
+        {
+            "max_batch_size": 8,
+            "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["4"]}],
+            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": ["4"]}],
+        }
+    ),
+    1,
 )
 
 

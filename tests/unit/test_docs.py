@@ -62,3 +62,25 @@ def test_python_api_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     assert os.path.isdir("examples/model_repository")
     exec(compile(example, str(DOCS / "python-api.md"), "exec"), {"__name__": "__doc_example__"})
+
+
+def _floor_parts() -> list[str]:
+    """The parts of the layers contract in pyproject.toml, top floor first."""
+    text = (ROOT / "pyproject.toml").read_text()
+    (layers,) = re.findall(r'type = "layers"\n.*?layers = \[(.*?)\]', text, re.S)
+    return [part.strip() for floor in re.findall(r'"([^"]+)"', layers) for part in floor.split("|")]
+
+
+def test_every_module_of_the_package_has_a_floor_and_the_architecture_page_names_it() -> None:
+    package = ROOT / "src" / "pytriton_core"
+    top_level = {
+        path.stem if path.is_file() else path.name
+        for path in package.iterdir()
+        if (path.suffix == ".py" or (path / "__init__.py").is_file())
+        and path.stem not in ("__init__", "__main__", "_native")
+    }
+    parts = _floor_parts()
+    assert sorted(top_level - set(parts)) == [], "give these a floor in pyproject.toml"
+    page = (DOCS / "architecture.md").read_text()
+    unnamed = [part for part in parts if f"`{part}`" not in page]
+    assert unnamed == [], f"docs/architecture.md names no floor for {unnamed}"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pytriton_core import proto, types
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.tensor import Tensor
 from pytriton_core.frontends.grpc import infer_codec, wire
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.tensor import Tensor
 
 ModelInferRequest: Any = proto.inference("ModelInferRequest")
 ModelInferResponse: Any = proto.inference("ModelInferResponse")

@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 import pytest
 
 from pytriton_core.backends.registry import BackendRegistry
-from pytriton_core.core.service import InferenceService
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.router import Router
 from pytriton_core.frontends.http.server import HttpProtocol
 from pytriton_core.options import ServerOptions
 from pytriton_core.repository.manager import ModelManager
+from pytriton_core.service import InferenceService
 
 T = TypeVar("T")
 MAX_BODY = 4096

@@ -18,14 +18,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytriton_core.cli import build_parser, options_from_args
-from pytriton_core.core.statistics import (
+from pytriton_core.config import ModelSpec, config_from_json
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
+from pytriton_core.inference.statistics import (
     ComputeTiming,
     FailureReason,
     Histogram,
     ModelStatistics,
     SlidingSummary,
 )
-from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.logging_settings import LogControl, TritonFormatter
 from pytriton_core.metrics import FAMILIES, MetricsReporter
 from pytriton_core.metrics.exposition import format_value, write_family
@@ -115,7 +116,8 @@ def test_statistics_keep_failures_by_reason_and_optional_distributions() -> None
         }
     }
     options = MetricsOptions(summary_latencies=True, histogram_latencies=True)
-    stats = ModelStatistics.create(options, config)
+    spec = ModelSpec.from_config(config_from_json(config), 1)
+    stats = ModelStatistics.create(options, spec.histogram_buckets)
     assert stats.first_response is not None and stats.first_response.bounds == (10.0, 50.0)
     timing = ComputeTiming(start_ns=3000, input_end_ns=5000, infer_end_ns=9000, end_ns=10_000)
     stats.record_request_success(0, 1000, timing, 12_500)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import struct
 import threading
 from collections.abc import Sequence
@@ -12,11 +13,12 @@ import numpy as np
 import pytest
 
 from pytriton_core.backends.base import BackendInstance
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.warmup import run_warmup, warmup_samples
+from pytriton_core.config import ModelSpec, config_from_json
 from pytriton_core.errors import InternalError, InvalidArgumentError, ModelConfigError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.runtime.warmup import WarmupSample, run_warmup, warmup_samples
 
 
 def _config(warmup: list[dict[str, Any]], max_batch_size: int = 4) -> dict[str, Any]:
@@ -29,6 +31,18 @@ def _config(warmup: list[dict[str, Any]], max_batch_size: int = 4) -> dict[str, 
         ],
         "model_warmup": warmup,
     }
+
+
+def _samples(config: dict[str, Any], model_dir: Path) -> list[WarmupSample]:
+    """The samples of a config given in Triton's JSON form. A false ``zero_data`` or
+    ``random_data`` reads as unset (the one member of its oneof a config can set)."""
+    config = copy.deepcopy(config)
+    for setting in config.get("model_warmup", ()):
+        for data in setting.get("inputs", {}).values():
+            for key in ("zero_data", "random_data"):
+                if data.get(key) is False:
+                    del data[key]
+    return warmup_samples(ModelSpec.from_config(config_from_json(config), 1), model_dir)
 
 
 def _sample(**inputs: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +68,7 @@ def test_zero_random_and_file_data(tmp_path: Path) -> None:
             ),
         ]
     )
-    zero, random, from_file = warmup_samples(config, tmp_path)
+    zero, random, from_file = _samples(config, tmp_path)
     assert (zero.batch_size, zero.count) == (2, 3)
     assert zero.inputs["X"].shape == (1, 3) and not zero.inputs["X"].data.any()
     assert zero.inputs["S"].data.tolist() == [[b"", b""]]
@@ -65,7 +79,7 @@ def test_zero_random_and_file_data(tmp_path: Path) -> None:
 
 def test_model_without_batching_has_no_batch_dim() -> None:
     config = _config([{**_sample(X=X_ZERO), "batch_size": 1}], max_batch_size=0)
-    (sample,) = warmup_samples(config, Path("/nonexistent"))
+    (sample,) = _samples(config, Path("/nonexistent"))
     assert sample.inputs["X"].shape == (3,)
 
 
@@ -85,7 +99,7 @@ def test_model_without_batching_has_no_batch_dim() -> None:
 )
 def test_bad_samples_are_config_errors(sample: dict[str, Any], message: str) -> None:
     with pytest.raises(ModelConfigError, match=message):
-        warmup_samples(_config([sample]), Path("/nonexistent"))
+        _samples(_config([sample]), Path("/nonexistent"))
 
 
 def test_short_data_file_is_an_error(tmp_path: Path) -> None:
@@ -93,7 +107,7 @@ def test_short_data_file_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "warmup" / "x.bin").write_bytes(b"\0" * 8)
     sample = _sample(X={"data_type": "TYPE_FP32", "dims": [3], "input_data_file": "x.bin"})
     with pytest.raises(ModelConfigError, match="byte size"):
-        warmup_samples(_config([sample]), tmp_path)
+        _samples(_config([sample]), tmp_path)
 
 
 class _Recorder(BackendInstance):
@@ -118,7 +132,7 @@ class _Recorder(BackendInstance):
 
 
 def test_run_warmup_executes_batch_size_requests_count_times() -> None:
-    samples = warmup_samples(_config([_sample(X=X_ZERO, S=S_ZERO)]), Path("/x"))
+    samples = _samples(_config([_sample(X=X_ZERO, S=S_ZERO)]), Path("/x"))
     instance = _Recorder()
     run_warmup(instance, samples, "m_0")
     assert len(instance.batches) == 3
@@ -127,7 +141,7 @@ def test_run_warmup_executes_batch_size_requests_count_times() -> None:
 
 
 def test_decoupled_warmup_waits_for_the_final_responses() -> None:
-    samples = warmup_samples(_config([_sample(X=X_ZERO)]), Path("/x"))
+    samples = _samples(_config([_sample(X=X_ZERO)]), Path("/x"))
     run_warmup(_Recorder(decoupled=True), samples, "m_0")
 
 
@@ -139,7 +153,7 @@ def test_decoupled_warmup_waits_for_the_final_responses() -> None:
     ],
 )
 def test_failing_warmup_raises(answer: Any) -> None:
-    samples = warmup_samples(_config([_sample(X=X_ZERO)]), Path("/x"))
+    samples = _samples(_config([_sample(X=X_ZERO)]), Path("/x"))
     expected = "failed to warm up model 'm' instance 'm_0' with sample 's': bad shape"
     with pytest.raises(InternalError, match=expected):
         run_warmup(_Recorder(answer), samples, "m_0")

@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from google.protobuf.message import Message
 
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.config.spec import ModelSpec
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 
@@ -92,7 +92,10 @@ class Backend(abc.ABC):
         """Fill what the model file tells (inputs, outputs, max_batch_size...) in place."""
 
     @abc.abstractmethod
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
-        """Load one version of a model whose config is complete and validated."""
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
+        """Load one version of a model whose config is complete and validated.
+
+        Read the model's settings from ``spec``; ``config`` is the validated message it was
+        built from, for a backend that hands Triton's JSON of it to model code
+        (``config.config_to_json_dict``), as the Python backend's ``model_config`` does.
+        """

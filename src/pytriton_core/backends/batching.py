@@ -26,75 +26,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from pytriton_core import types
 from pytriton_core._native.batching import BufferPool, gather_batch, scatter_batch
 from pytriton_core.backends.base import ModelLocation
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import DeviceTensor, Tensor
+from pytriton_core.config.spec import ModelSpec, TensorSpec
 from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.memory.device import DeviceArray, DevicePools
 from pytriton_core.memory.pinned import StagingPool
-
-
-@dataclass(frozen=True, slots=True)
-class TensorIO:
-    """One input or output as the config declares it."""
-
-    name: str
-    datatype: types.DataType
-    dims: tuple[int, ...]  # what clients see, without the batch dimension
-    model_shape: tuple[int, ...]  # what the model sees: reshape.shape, else dims
-    optional: bool = False
-
-    @classmethod
-    def from_config_json(cls, entry: Mapping[str, Any]) -> TensorIO:
-        dims = tuple(int(d) for d in entry.get("dims", ()))
-        reshape = entry.get("reshape")
-        shape = tuple(int(d) for d in reshape.get("shape", ())) if reshape is not None else dims
-        return cls(
-            name=str(entry["name"]),
-            datatype=types.BY_CONFIG_NAME[entry["data_type"]],
-            dims=dims,
-            model_shape=shape,
-            optional=bool(entry.get("optional", False)),
-        )
-
-    @property
-    def reshaped(self) -> bool:
-        return self.model_shape != self.dims
-
-
-@dataclass(frozen=True)
-class ModelIO:
-    """A model's inputs and outputs in config order, and whether it has a batch dimension."""
-
-    max_batch_size: int
-    inputs: Mapping[str, TensorIO]
-    outputs: Mapping[str, TensorIO]
-
-    @classmethod
-    def from_config_json(cls, config: Mapping[str, Any]) -> ModelIO:
-        inputs = [TensorIO.from_config_json(e) for e in config.get("input", ())]
-        outputs = [TensorIO.from_config_json(e) for e in config.get("output", ())]
-        return cls(
-            max_batch_size=int(config.get("max_batch_size", 0)),
-            inputs={t.name: t for t in inputs},
-            outputs={t.name: t for t in outputs},
-        )
-
-    @property
-    def batching(self) -> bool:
-        return self.max_batch_size > 0
-
-    @property
-    def output_names(self) -> list[str]:
-        return list(self.outputs)
 
 
 @dataclass(slots=True)
@@ -125,7 +70,7 @@ class BatchRunner:
 
     def __init__(
         self,
-        io: ModelIO,
+        spec: ModelSpec,
         model_name: str,
         pool: BufferPool | None = None,
         staging: StagingPool | None = None,
@@ -135,7 +80,8 @@ class BatchRunner:
         """``staging``: gather into the server's (pinned) staging pool instead of ``pool``,
         for instances that copy each batch to a GPU; ``device_id``: the GPU such an instance
         runs on, where inputs already on a device are gathered (from ``device_pools``)."""
-        self.io = io
+        self.spec = spec
+        self._output_names = list(spec.outputs)  # config order
         self._model_name = model_name
         self._pool = pool if pool is not None else BufferPool()
         self._staging = staging
@@ -144,14 +90,14 @@ class BatchRunner:
 
     @classmethod
     def for_instance(
-        cls, io: ModelIO, location: ModelLocation, gpu: int | None = None
+        cls, spec: ModelSpec, location: ModelLocation, gpu: int | None = None
     ) -> BatchRunner:
         """The runner of a framework instance: on the CPU, or on GPU ``gpu``, where batches
         gather into the server's staging pool and device inputs on the device."""
         if gpu is None:
-            return cls(io, location.name)
+            return cls(spec, location.name)
         return cls(
-            io,
+            spec,
             location.name,
             staging=location.host_staging,
             device_id=gpu,
@@ -176,7 +122,7 @@ class BatchRunner:
         core fails the whole execution; when one of several per-request calls fails, only
         that request gets an error response.
         """
-        if self.io.batching or len(requests) == 1:
+        if self.spec.batching or len(requests) == 1:
             return self._execute_group(requests, timing, run, first=True, last=True)
         responses: list[InferenceResponse] = []
         for index, request in enumerate(requests):
@@ -217,12 +163,12 @@ class BatchRunner:
 
     def gather(self, requests: Sequence[InferenceRequest]) -> Batch:
         """The batch's inputs, concatenated along the batch dimension by name."""
-        io = self.io
-        sizes = [r.batch_size if io.batching else 1 for r in requests]
+        model = self.spec
+        sizes = [r.batch_size if model.batching else 1 for r in requests]
         total = sum(sizes)
         batch = Batch(requests, sizes, {}, self._wanted_outputs(requests))
         first = requests[0]
-        for name, spec in io.inputs.items():
+        for name, spec in model.inputs.items():
             if name not in first.inputs:
                 if any(name in r.inputs for r in requests):
                     raise InternalError(
@@ -236,7 +182,7 @@ class BatchRunner:
                 parts = [t.data for t in tensors]
                 array = self._gather(parts) if len(parts) > 1 else parts[0]
             if spec.reshaped:
-                leading = (total,) if io.batching else ()
+                leading = (total,) if model.batching else ()
                 array = _reshape(array, leading, spec.model_shape, name)
             if isinstance(array, DeviceArray):
                 batch.device_inputs[name] = array
@@ -279,16 +225,16 @@ class BatchRunner:
 
     def scatter(self, batch: Batch, outputs: Mapping[str, _Array]) -> list[InferenceResponse]:
         """Per-request responses holding views of the outputs each request asked for."""
-        io = self.io
+        model = self.spec
         per_request: list[list[Tensor]] = [[] for _ in batch.requests]
         for name in batch.output_names:
-            spec = io.outputs[name]
+            spec = model.outputs[name]
             array = outputs.get(name)
             if array is None:
                 raise InternalError(f"model '{self._model_name}' produced no output '{name}'")
             array = _as_config_datatype(array, spec, self._model_name)
             views: Sequence[_Array] = [array]
-            if io.batching:
+            if model.batching:
                 if not array.shape or array.shape[0] != batch.size:
                     raise InternalError(
                         f"model '{self._model_name}' output '{name}' has shape "
@@ -301,7 +247,7 @@ class BatchRunner:
                         views = scatter_batch(array, batch.sizes)
             for slot, view, size in zip(per_request, views, batch.sizes, strict=True):
                 if spec.reshaped:
-                    view = _reshape(view, (size,) if io.batching else (), spec.dims, name)
+                    view = _reshape(view, (size,) if model.batching else (), spec.dims, name)
                 if isinstance(view, DeviceArray):
                     slot.append(DeviceTensor(name, spec.datatype, view))
                 else:
@@ -315,7 +261,7 @@ class BatchRunner:
         return responses
 
     def _wanted_outputs(self, requests: Sequence[InferenceRequest]) -> list[str]:
-        names = self.io.output_names
+        names = self._output_names
         wanted: set[str] = set()
         for request in requests:
             if request.requested_outputs is None:
@@ -349,7 +295,7 @@ def _reshape(array: _Array, leading: tuple[int, ...], shape: tuple[int, ...], na
         ) from None
 
 
-def _as_config_datatype(array: _Array, spec: TensorIO, model_name: str) -> _Array:
+def _as_config_datatype(array: _Array, spec: TensorSpec, model_name: str) -> _Array:
     """The output in its config datatype: BYTES elements as ``bytes``; others must match."""
     datatype = spec.datatype
     if datatype.is_bytes and isinstance(array, np.ndarray):

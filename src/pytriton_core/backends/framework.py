@@ -1,7 +1,7 @@
 """What the framework backends (onnxruntime, pytorch, openvino, tensorrt) share.
 
-* ``model_path``: the model file a version folder holds for a config;
-* ``config_parameters`` / ``flag``: the config's free-form ``parameters``;
+* ``model_path``: the model file a version folder holds;
+* ``flag``: a boolean in the config's free-form ``parameters`` (``ModelSpec.parameters``);
 * ``complete_config``: Triton's auto-complete for models that describe their own I/O
   (ONNX, OpenVINO, TensorRT): inputs, outputs, datatypes, dims and ``max_batch_size``
   from the model, and ``dynamic_batching`` for a batching model without a scheduler;
@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from pytriton_core import types
 from pytriton_core.backends.base import ModelLocation
-from pytriton_core.backends.batching import ModelIO, TensorIO
+from pytriton_core.config.spec import ModelSpec, TensorSpec
 from pytriton_core.errors import ModelConfigError
 from pytriton_core.paths import confined_path
 
@@ -40,9 +40,9 @@ class ModelTensor:
     type_name: str = ""  # the framework's own name of the type, for messages
 
 
-def model_path(location: ModelLocation, config_json: Mapping[str, Any], default: str) -> Path:
+def model_path(location: ModelLocation, default_model_filename: str, default: str) -> Path:
     """``<version>/<default_model_filename>``; raises ModelConfigError when it is missing."""
-    filename = str(config_json.get("default_model_filename") or default)
+    filename = default_model_filename or default
     path = confined_path(
         location.model_dir,
         str(location.version),
@@ -54,12 +54,6 @@ def model_path(location: ModelLocation, config_json: Mapping[str, Any], default:
             f"unable to find '{path}' for model '{location.name}' version {location.version}"
         )
     return path
-
-
-def config_parameters(config_json: Mapping[str, Any]) -> dict[str, str]:
-    """The config's ``parameters`` as plain strings (``{key: {string_value: v}}`` in JSON)."""
-    found = config_json.get("parameters") or {}
-    return {str(k): str((v or {}).get("string_value", "")) for k, v in found.items()}
 
 
 def flag(value: str | None, default: bool = False) -> bool:
@@ -156,19 +150,19 @@ def _add_tensor(entry: Any, tensor: ModelTensor, batching: bool, kind: str, mode
 
 
 def check_config_io(
-    io: ModelIO,
+    spec: ModelSpec,
     inputs: Sequence[ModelTensor],
     outputs: Sequence[ModelTensor],
     model: str,
 ) -> None:
     """Raise ModelConfigError where the config's inputs or outputs disagree with the model."""
-    _check_side("input", io.inputs.values(), inputs, io.batching, model)
-    _check_side("output", io.outputs.values(), outputs, io.batching, model)
+    _check_side("input", spec.inputs.values(), inputs, spec.batching, model)
+    _check_side("output", spec.outputs.values(), outputs, spec.batching, model)
 
 
 def _check_side(
     kind: str,
-    declared: Any,
+    declared: Iterable[TensorSpec],
     actual: Sequence[ModelTensor],
     batching: bool,
     model: str,
@@ -186,7 +180,7 @@ def _check_side(
 
 
 def _check_tensor(
-    kind: str, spec: TensorIO, tensor: ModelTensor, batching: bool, model: str
+    kind: str, spec: TensorSpec, tensor: ModelTensor, batching: bool, model: str
 ) -> None:
     if tensor.datatype is not spec.datatype:
         found = tensor.datatype.config_name if tensor.datatype else tensor.type_name

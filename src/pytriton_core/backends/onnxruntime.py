@@ -28,20 +28,20 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
-from pytriton_core.backends.batching import Batch, BatchRunner, ModelIO
+from pytriton_core.backends.batching import Batch, BatchRunner
 from pytriton_core.backends.framework import (
     ModelTensor,
     check_config_io,
     complete_config,
-    config_parameters,
     flag,
     model_path,
 )
-from pytriton_core.config import config_to_json_dict
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.config import ModelSpec
+from pytriton_core.config.spec import ExecutionAccelerator
 from pytriton_core.errors import InternalError, ModelConfigError, UnsupportedError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.memory.device import DeviceArray
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class OnnxRuntimeBackend(Backend):
         cfg: Any = config
         if (cfg.input or cfg.batch_input) and cfg.output:
             return
-        path = _onnx_file(model_path(location, config_to_json_dict(config), MODEL_FILENAME))
+        path = _onnx_file(model_path(location, cfg.default_model_filename, MODEL_FILENAME))
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         session = _open_session(path, options, ["CPUExecutionProvider"], location.name)
@@ -116,32 +116,29 @@ class OnnxRuntimeBackend(Backend):
             location,
         )
 
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
-        return OnnxRuntimeModel(config_json, location)
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
+        return OnnxRuntimeModel(spec, location)
 
 
 class OnnxRuntimeModel(BackendModel):
-    def __init__(self, config_json: Mapping[str, Any], location: ModelLocation) -> None:
+    def __init__(self, spec: ModelSpec, location: ModelLocation) -> None:
         self.location = location
-        self.path = _onnx_file(model_path(location, config_json, MODEL_FILENAME))
-        self.io = ModelIO.from_config_json(config_json)
-        self.parameters = config_parameters(config_json)
-        optimization = config_json.get("optimization") or {}
-        self.graph_level = int((optimization.get("graph") or {}).get("level", 0))
-        accelerators = optimization.get("execution_accelerators") or {}
-        self.gpu_accelerators: list[Mapping[str, Any]] = list(
-            accelerators.get("gpu_execution_accelerator") or ()
+        self.path = _onnx_file(model_path(location, spec.default_model_filename, MODEL_FILENAME))
+        self.model_spec = spec
+        self.parameters = spec.parameters
+        optimization = spec.optimization
+        self.graph_level = optimization.graph_level
+        self.gpu_accelerators: tuple[ExecutionAccelerator, ...] = (
+            optimization.gpu_execution_accelerators
         )
-        self.cpu_accelerators: list[Mapping[str, Any]] = list(
-            accelerators.get("cpu_execution_accelerator") or ()
+        self.cpu_accelerators: tuple[ExecutionAccelerator, ...] = (
+            optimization.cpu_execution_accelerators
         )
         for accelerator in (*self.gpu_accelerators, *self.cpu_accelerators):
-            if accelerator.get("name") not in ("tensorrt", "cuda", "openvino"):
+            if accelerator.name not in ("tensorrt", "cuda", "openvino"):
                 raise ModelConfigError(
                     f"model '{location.name}': unknown execution accelerator "
-                    f"'{accelerator.get('name')}' is requested"
+                    f"'{accelerator.name}' is requested"
                 )
         if flag(location.backend_config.get("enable-global-threadpool")):
             log.warning(
@@ -149,7 +146,7 @@ class OnnxRuntimeModel(BackendModel):
                 "supported; each session keeps its own thread pools",
                 location.name,
             )
-        if any(a.get("name") == "openvino" for a in self.gpu_accelerators):
+        if any(a.name == "openvino" for a in self.gpu_accelerators):
             raise ModelConfigError(
                 f"model '{location.name}': execution accelerator 'openvino' is a CPU accelerator"
             )
@@ -187,7 +184,7 @@ class OnnxRuntimeModel(BackendModel):
     def providers(self, spec: InstanceSpec) -> list[tuple[str, dict[str, str]]]:
         """The execution providers of an instance, most preferred first."""
         if spec.kind != "GPU":
-            if any(a.get("name") == "openvino" for a in self.cpu_accelerators):
+            if any(a.name == "openvino" for a in self.cpu_accelerators):
                 return [("OpenVINOExecutionProvider", {}), ("CPUExecutionProvider", {})]
             return [("CPUExecutionProvider", {})]
         device = str(spec.device_id)
@@ -198,10 +195,10 @@ class OnnxRuntimeModel(BackendModel):
                 cuda[key] = encoding.get(value, value) if encoding else value
         providers: list[tuple[str, dict[str, str]]] = []
         for accelerator in self.gpu_accelerators:
-            options = {str(k): str(v) for k, v in (accelerator.get("parameters") or {}).items()}
-            if accelerator.get("name") == "cuda":
+            options = dict(accelerator.parameters)
+            if accelerator.name == "cuda":
                 cuda.update(options)
-            elif accelerator.get("name") == "tensorrt":
+            elif accelerator.name == "tensorrt":
                 providers.append(("TensorrtExecutionProvider", _trt_options(options, device)))
         return [*providers, ("CUDAExecutionProvider", cuda), ("CPUExecutionProvider", {})]
 
@@ -233,7 +230,7 @@ class OnnxRuntimeInstance(BackendInstance):
             arg.name for arg in self._session.get_inputs() if arg.type == "tensor(string)"
         }
         check_config_io(
-            model.io,
+            model.model_spec,
             _model_tensors(self._session.get_inputs()),
             _model_tensors(self._session.get_outputs()),
             model.location.name,
@@ -244,7 +241,7 @@ class OnnxRuntimeInstance(BackendInstance):
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrink)
         self._on_gpu = spec.kind == "GPU"
         self._runner = BatchRunner.for_instance(
-            model.io, model.location, spec.device_id if self._on_gpu else None
+            model.model_spec, model.location, spec.device_id if self._on_gpu else None
         )
 
     def execute(

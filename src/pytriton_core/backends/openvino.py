@@ -29,20 +29,19 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
-from pytriton_core.backends.batching import Batch, BatchRunner, ModelIO
+from pytriton_core.backends.batching import Batch, BatchRunner
 from pytriton_core.backends.framework import (
     ModelTensor,
     check_config_io,
     complete_config,
-    config_parameters,
     flag,
     model_path,
 )
-from pytriton_core.config import config_to_json_dict
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.config import ModelSpec
 from pytriton_core.errors import InternalError, InvalidArgumentError, ModelConfigError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 
 log = logging.getLogger(__name__)
 
@@ -116,26 +115,22 @@ class OpenVinoBackend(Backend):
         cfg: Any = config
         if (cfg.input or cfg.batch_input) and cfg.output:
             return
-        path = model_path(location, config_to_json_dict(config), MODEL_FILENAME)
+        path = model_path(location, cfg.default_model_filename, MODEL_FILENAME)
         model = _read_model(self.core, path, location.name)
         complete_config(
             config, _model_tensors(model.inputs), _model_tensors(model.outputs), location
         )
 
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
-        return OpenVinoModel(self.core, config_json, location)
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
+        return OpenVinoModel(self.core, spec, location)
 
 
 class OpenVinoModel(BackendModel):
-    def __init__(
-        self, core: ov.Core, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> None:
+    def __init__(self, core: ov.Core, spec: ModelSpec, location: ModelLocation) -> None:
         self.core = core
         self.location = location
-        self.io = ModelIO.from_config_json(config_json)
-        params = config_parameters(config_json)
+        self.model_spec = spec
+        params = spec.parameters
         self.device = params.get("TARGET_DEVICE") or "CPU"
         if params.get("CPU_EXTENSION_PATH"):
             core.add_extension(params["CPU_EXTENSION_PATH"])
@@ -145,20 +140,20 @@ class OpenVinoModel(BackendModel):
         if flag(params.get("HINT_BF16")):
             self.properties.setdefault("INFERENCE_PRECISION_HINT", "bf16")
         self.model = _read_model(
-            core, model_path(location, config_json, MODEL_FILENAME), location.name
+            core, model_path(location, spec.default_model_filename, MODEL_FILENAME), location.name
         )
         if flag(params.get("RESHAPE_IO_LAYERS")):
             self._reshape_to_config()
         # A model compiled for one batch size: pad smaller batches up to it, if allowed.
         self.static_batch = 0
         self.pad_batches = flag(params.get("ENABLE_BATCH_PADDING"))
-        if self.io.batching and self._static_batch_dim():
+        if spec.batching and self._static_batch_dim():
             if flag(params.get("SKIP_OV_DYNAMIC_BATCHSIZE")):
                 self.static_batch = self._static_batch_dim()
             else:
                 self._reshape_batch_dynamic()
         check_config_io(
-            self.io,
+            spec,
             _model_tensors(self.model.inputs),
             _model_tensors(self.model.outputs),
             location.name,
@@ -184,8 +179,8 @@ class OpenVinoModel(BackendModel):
             ) from exc
 
     def _reshape_to_config(self) -> None:
-        lead = [-1] if self.io.batching else []
-        self._reshape({n: [*lead, *s.model_shape] for n, s in self.io.inputs.items()})
+        lead = [-1] if self.model_spec.batching else []
+        self._reshape({n: [*lead, *s.model_shape] for n, s in self.model_spec.inputs.items()})
 
     def _reshape_batch_dynamic(self) -> None:
         shapes = {}
@@ -208,8 +203,8 @@ class OpenVinoInstance(BackendInstance):
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         self._request = self._compiled.create_infer_request()
-        self._outputs = {name: self._compiled.output(name) for name in model.io.outputs}
-        self._runner = BatchRunner(model.io, model.location.name)
+        self._outputs = {name: self._compiled.output(name) for name in model.model_spec.outputs}
+        self._runner = BatchRunner(model.model_spec, model.location.name)
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming

@@ -42,12 +42,13 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
-from pytriton_core.backends.batching import Batch, BatchRunner, ModelIO
-from pytriton_core.backends.framework import config_parameters, flag, model_path
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.backends.batching import Batch, BatchRunner
+from pytriton_core.backends.framework import flag, model_path
+from pytriton_core.config import ModelSpec
 from pytriton_core.errors import InternalError, ModelConfigError, UnsupportedError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.memory.device import DeviceArray
 from pytriton_core.memory.pinned import StagingPool
 
@@ -64,41 +65,39 @@ _threads_set: dict[str, int] = {}  # INTRA_/INTER_OP_THREAD_COUNT already applie
 class PyTorchBackend(Backend):
     name = "pytorch"
 
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
-        if config_json.get("platform") == "torch_aoti":
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
+        if spec.platform == "torch_aoti":
             raise UnsupportedError(
                 f"model '{location.name}': platform 'torch_aoti' (model.pt2) is not supported; "
                 "serve a TorchScript model.pt (platform 'pytorch_libtorch')"
             )
-        return PyTorchModel(config_json, location)
+        return PyTorchModel(spec, location)
 
 
 class PyTorchModel(BackendModel):
-    def __init__(self, config_json: Mapping[str, Any], location: ModelLocation) -> None:
+    def __init__(self, spec: ModelSpec, location: ModelLocation) -> None:
         self.location = location
-        self.path = model_path(location, config_json, MODEL_FILENAME)
-        self.io = ModelIO.from_config_json(config_json)
-        if not self.io.inputs or not self.io.outputs:
+        self.path = model_path(location, spec.default_model_filename, MODEL_FILENAME)
+        self.model_spec = spec
+        if not spec.inputs or not spec.outputs:
             raise ModelConfigError(
                 f"model '{location.name}': a pytorch model's configuration must list its "
                 "inputs and outputs (the pytorch backend has no auto-complete)"
             )
-        for spec in (*self.io.inputs.values(), *self.io.outputs.values()):
-            if spec.datatype.is_bytes:
+        for tensor in (*spec.inputs.values(), *spec.outputs.values()):
+            if tensor.datatype.is_bytes:
                 raise UnsupportedError(
-                    f"model '{location.name}': '{spec.name}' is TYPE_STRING, which the "
+                    f"model '{location.name}': '{tensor.name}' is TYPE_STRING, which the "
                     "pytorch backend does not support"
                 )
-        params = config_parameters(config_json)
+        params = spec.parameters
         self.inference_mode = flag(params.get("INFERENCE_MODE"), default=True)
         self.optimized_execution = not flag(params.get("DISABLE_OPTIMIZED_EXECUTION"))
         self.cudnn = not flag(params.get("DISABLE_CUDNN"))
         self.cache_cleaning = flag(params.get("ENABLE_CACHE_CLEANING"))
         _apply_thread_counts(params, location.name)
         # Output index in the returned tuple, by name.
-        self.output_index = _output_indices(list(self.io.outputs))
+        self.output_index = _output_indices(list(spec.outputs))
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         return PyTorchInstance(self, spec)
@@ -132,7 +131,7 @@ class PyTorchInstance(BackendInstance):
         self._module = module
         self._dict_input, self._input_order = _input_layout(module, model)
         self._runner = BatchRunner.for_instance(
-            model.io, model.location, spec.device_id if spec.kind == "GPU" else None
+            model.model_spec, model.location, spec.device_id if spec.kind == "GPU" else None
         )
         # OpenMP keeps the thread count per calling thread: set it in this worker thread
         # (create_instance and execute run in it), or torch uses every core here.
@@ -234,7 +233,7 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 def _input_layout(module: Any, model: PyTorchModel) -> tuple[bool, list[str]]:
     """(forward takes one dict, the config's input names in argument order)."""
-    names = list(model.io.inputs)
+    names = list(model.model_spec.inputs)
     try:
         arguments = list(module.forward.schema.arguments)[1:]  # [0] is self
     except (AttributeError, RuntimeError) as exc:

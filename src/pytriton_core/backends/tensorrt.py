@@ -29,22 +29,22 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
-from pytriton_core.backends.batching import Batch, BatchRunner, ModelIO
+from pytriton_core.backends.batching import Batch, BatchRunner
 from pytriton_core.backends.framework import (
     ModelTensor,
     check_config_io,
     complete_config,
     model_path,
 )
-from pytriton_core.config import config_to_json_dict
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
+from pytriton_core.config import ModelSpec
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
     UnsupportedError,
 )
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.memory.device import DeviceArray
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class TensorRtBackend(Backend):
         if (cfg.input or cfg.batch_input) and cfg.output:
             return
         _require_gpu(location.name)
-        path = model_path(location, config_to_json_dict(config), MODEL_FILENAME)
+        path = model_path(location, cfg.default_model_filename, MODEL_FILENAME)
         with cp.cuda.Device(0):
             engine = _deserialize(path.read_bytes(), location.name)
             inputs = _io_names(engine, trt.TensorIOMode.INPUT)
@@ -152,23 +152,21 @@ class TensorRtBackend(Backend):
                 batch_limit=_batch_limit(engine, inputs),
             )
 
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
         _require_gpu(location.name)
-        return TensorRtModel(config_json, location)
+        return TensorRtModel(spec, location)
 
 
 class TensorRtModel(BackendModel):
-    def __init__(self, config_json: Mapping[str, Any], location: ModelLocation) -> None:
+    def __init__(self, spec: ModelSpec, location: ModelLocation) -> None:
         self.location = location
-        self.io = ModelIO.from_config_json(config_json)
-        path: Path = model_path(location, config_json, MODEL_FILENAME)
+        self.model_spec = spec
+        path: Path = model_path(location, spec.default_model_filename, MODEL_FILENAME)
         self.plan = path.read_bytes()
-        for spec in (*self.io.inputs.values(), *self.io.outputs.values()):
-            if spec.datatype.is_bytes:
+        for tensor in (*spec.inputs.values(), *spec.outputs.values()):
+            if tensor.datatype.is_bytes:
                 raise UnsupportedError(
-                    f"model '{location.name}': '{spec.name}' is TYPE_STRING, which TensorRT "
+                    f"model '{location.name}': '{tensor.name}' is TYPE_STRING, which TensorRT "
                     "does not support"
                 )
 
@@ -204,7 +202,7 @@ class TensorRtInstance(BackendInstance):
                 f"model '{name}': shape tensors ({', '.join(shape_tensors)}) are not supported"
             )
         check_config_io(
-            model.io,
+            model.model_spec,
             _model_tensors(self._engine, self._inputs),
             _model_tensors(self._engine, self._outputs),
             name,
@@ -216,7 +214,7 @@ class TensorRtInstance(BackendInstance):
         }
         self._profile = 0
         # TensorRT always runs on the GPU.
-        self._runner = BatchRunner.for_instance(model.io, model.location, device)
+        self._runner = BatchRunner.for_instance(model.model_spec, model.location, device)
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming

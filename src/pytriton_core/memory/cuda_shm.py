@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from pytriton_core._native.shm import OutputTooLargeError, RegionRangeError, check_range
-from pytriton_core.core.tensor_data import Buffer
 from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.inference.tensor_data import Buffer
 from pytriton_core.memory.device import DeviceArray, cupy_module, memcpy
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.memory.system_shm import range_error

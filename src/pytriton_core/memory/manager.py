@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytriton_core import types
-from pytriton_core.core.tensor import DeviceTensor, Tensor
-from pytriton_core.core.tensor_data import Buffer, array_from_bytes, array_to_bytes
 from pytriton_core.errors import (
     AlreadyExistsError,
     InternalError,
@@ -30,6 +28,8 @@ from pytriton_core.errors import (
     NotFoundError,
     UnsupportedError,
 )
+from pytriton_core.inference.tensor import DeviceTensor, Tensor
+from pytriton_core.inference.tensor_data import Buffer, array_from_bytes, array_to_bytes
 from pytriton_core.memory import cuda_shm
 from pytriton_core.memory.device import DeviceArray
 from pytriton_core.memory.pinned import DEFAULT_PINNED_POOL_BYTE_SIZE, StagingPool

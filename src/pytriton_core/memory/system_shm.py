@@ -20,8 +20,8 @@ from pytriton_core._native.shm import (
     RegionRangeError,
     SystemRegion,
 )
-from pytriton_core.core.tensor_data import Buffer
 from pytriton_core.errors import InternalError, InvalidArgumentError
+from pytriton_core.inference.tensor_data import Buffer
 from pytriton_core.memory.device import DeviceArray
 
 

@@ -13,14 +13,14 @@ import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from pytriton_core.core.model import Model
-from pytriton_core.core.statistics import (
+from pytriton_core.inference.statistics import (
     FIRST_RESPONSE_HISTOGRAM,
     FailureReason,
     Histogram,
     LatencySummaries,
     SlidingSummary,
 )
+from pytriton_core.runtime.model import Model
 
 Labels = tuple[tuple[str, str], ...]
 

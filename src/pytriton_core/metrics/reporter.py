@@ -16,7 +16,6 @@ from pytriton_core.backends.python.pb_utils_metrics import (
     MetricKind,
     MetricRegistry,
 )
-from pytriton_core.core.model import Model
 from pytriton_core.metrics.exposition import write_family
 from pytriton_core.metrics.families import (
     FAMILIES,
@@ -29,6 +28,7 @@ from pytriton_core.metrics.families import (
 )
 from pytriton_core.metrics.system import CpuCollector, GpuCollector
 from pytriton_core.options import MetricsOptions
+from pytriton_core.runtime.model import Model
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -19,8 +19,7 @@ from pytriton_core import config as model_config
 from pytriton_core import proto
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
 from pytriton_core.backends.registry import BackendRegistry
-from pytriton_core.core.model import Model, ModelState
-from pytriton_core.core.statistics import ModelStatistics
+from pytriton_core.config.spec import ModelSpec
 from pytriton_core.devices import visible_gpu_ids
 from pytriton_core.errors import (
     InvalidArgumentError,
@@ -28,11 +27,13 @@ from pytriton_core.errors import (
     ServerError,
     UnavailableError,
 )
+from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.overrides import OverrideDirectory
 from pytriton_core.repository.scan import ScanResult, scan_repositories
+from pytriton_core.runtime.model import Model, ModelState
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ class ModelManager:
             self._status[name] = {None: _VersionStatus(ModelState.LOADING)}
         self._fingerprints[name] = await asyncio.to_thread(_fingerprint, model_dir)
         try:
-            config, config_json, versions = await asyncio.to_thread(
+            config, versions = await asyncio.to_thread(
                 self._prepare, name, model_dir, config_override
             )
         except ServerError as exc:
@@ -293,7 +294,7 @@ class ModelManager:
         for version in versions:
             try:
                 loaded[version] = await asyncio.to_thread(
-                    self._start_version, name, version, model_dir, config, config_json
+                    self._start_version, version, model_dir, config
                 )
                 statuses[version] = _VersionStatus(ModelState.READY)
                 log.info("successfully loaded '%s' version %d", name, version)
@@ -335,7 +336,8 @@ class ModelManager:
 
     def _prepare(
         self, name: str, model_dir: Path, config_override: Message | None
-    ) -> tuple[Message, dict[str, Any], list[int]]:
+    ) -> tuple[Message, list[int]]:
+        """The completed, normalized, validated config and the versions to serve."""
         config: Message | None
         if config_override is not None:
             config = proto.ModelConfig()
@@ -355,7 +357,7 @@ class ModelManager:
         model_config.normalize_config(config, gpu_ids=self._gpu_ids)
         model_config.validate_config(config)
         versions = model_config.select_versions(config, available)
-        return config, model_config.config_to_json_dict(config), versions
+        return config, versions
 
     def _location(self, name: str, model_dir: Path, version: int, config: Message) -> ModelLocation:
         backend_name = _backend_of(config)
@@ -370,31 +372,28 @@ class ModelManager:
             device_pools=self._device_pools,
         )
 
-    def _start_version(
-        self, name: str, version: int, model_dir: Path, config: Message, config_json: dict[str, Any]
-    ) -> Model:
-        backend = self._backends.get(_backend_of(config))
-        location = self._location(name, model_dir, version, config)
-        backend_model = backend.load_model(config, config_json, location)
+    def _start_version(self, version: int, model_dir: Path, config: Message) -> Model:
+        spec = ModelSpec.from_config(config, version)
+        backend = self._backends.get(spec.backend)
+        location = self._location(spec.name, model_dir, version, config)
+        backend_model = backend.load_model(spec, location, config)
         metrics = self._options.metrics if self._options.allow_metrics else None
-        stats = ModelStatistics.create(metrics, config_json)
-        model = Model(name, version, config, config_json, model_dir, stats)
-        model.start(backend_model, instance_specs(config_json), self._loop)
+        stats = ModelStatistics.create(metrics, spec.histogram_buckets)
+        model = Model(spec, config, model_dir, backend_model, self._loop, stats)
+        model.start(instance_specs(spec))
         return model
 
 
-def instance_specs(config_json: Mapping[str, Any]) -> list[InstanceSpec]:
+def instance_specs(spec: ModelSpec) -> list[InstanceSpec]:
     """One spec per instance, named ``<group>_<index>`` as Triton names them."""
     specs: list[InstanceSpec] = []
-    groups: Sequence[Mapping[str, Any]] = config_json.get("instance_group", ())
-    for group in groups:
-        kind = _INSTANCE_KINDS.get(group.get("kind", "KIND_CPU"), "CPU")
-        count = int(group.get("count", 1))
-        devices: list[int] = [int(g) for g in group.get("gpus", ())] if kind == "GPU" else [0]
+    for group in spec.instance_groups:
+        kind = _INSTANCE_KINDS.get(group.kind, "CPU")
+        devices = list(group.gpus) if kind == "GPU" else [0]
         index = 0
         for device in devices:
-            for _ in range(count):
-                specs.append(InstanceSpec(f"{group['name']}_{index}", kind, device))
+            for _ in range(group.count):
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device))
                 index += 1
     return specs
 

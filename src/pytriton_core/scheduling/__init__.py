@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from pytriton_core.config.spec import ModelSpec
 from pytriton_core.scheduling.base import Scheduler
 from pytriton_core.scheduling.default import DefaultScheduler
 from pytriton_core.scheduling.dynamic import BatchingSettings, DynamicBatchScheduler, RejectRequest
@@ -12,8 +10,8 @@ from pytriton_core.scheduling.dynamic import BatchingSettings, DynamicBatchSched
 __all__ = ["DefaultScheduler", "DynamicBatchScheduler", "Scheduler", "create_scheduler"]
 
 
-def create_scheduler(config: Mapping[str, Any], reject: RejectRequest) -> Scheduler:
-    """The scheduler the config asks for, as Triton selects it."""
-    if "dynamic_batching" in config:
-        return DynamicBatchScheduler(BatchingSettings.from_config_json(config), reject)
+def create_scheduler(spec: ModelSpec, reject: RejectRequest) -> Scheduler:
+    """The scheduler the model's settings ask for, as Triton selects it."""
+    if spec.dynamic_batching is not None:
+        return DynamicBatchScheduler(BatchingSettings.from_spec(spec), reject)
     return DefaultScheduler()

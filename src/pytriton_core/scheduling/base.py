@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 
-from pytriton_core.core.request import InferenceRequest
+from pytriton_core.inference.request import InferenceRequest
 
 
 class Scheduler(abc.ABC):

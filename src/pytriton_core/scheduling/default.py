@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 
-from pytriton_core.core.request import InferenceRequest
+from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.scheduling.base import Scheduler
 
 

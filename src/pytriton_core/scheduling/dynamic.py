@@ -15,38 +15,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from pytriton_core.core.request import InferenceRequest
+from pytriton_core.config.spec import ModelSpec, QueuePolicy
 from pytriton_core.errors import ServerError, UnavailableError
+from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.scheduling.base import Scheduler
 
 RejectRequest = Callable[[InferenceRequest, ServerError], None]
-
-
-@dataclass(frozen=True, slots=True)
-class QueuePolicy:
-    delay_on_timeout: bool = False  # timeout_action DELAY (else REJECT)
-    default_timeout_us: int = 0
-    allow_timeout_override: bool = False
-    max_queue_size: int = 0  # 0: unbounded
-
-    @classmethod
-    def from_json(cls, policy: Mapping[str, Any] | None) -> QueuePolicy:
-        if not policy:
-            return cls()
-        return cls(
-            delay_on_timeout=policy.get("timeout_action") == "DELAY",
-            default_timeout_us=int(policy.get("default_timeout_microseconds", 0)),
-            allow_timeout_override=bool(policy.get("allow_timeout_override", False)),
-            max_queue_size=int(policy.get("max_queue_size", 0)),
-        )
-
-    def timeout_us(self, requested_us: int) -> int:
-        # A request may only shorten the model's timeout, and only when allowed to.
-        if self.allow_timeout_override and 0 < requested_us < self.default_timeout_us:
-            return requested_us
-        return self.default_timeout_us
 
 
 @dataclass(frozen=True)
@@ -61,33 +36,28 @@ class BatchingSettings:
     shape_checked_inputs: frozenset[str]
 
     @classmethod
-    def from_config_json(cls, config: Mapping[str, Any]) -> BatchingSettings:
-        batching = config.get("dynamic_batching", {})
-        max_batch_size = max(1, int(config.get("max_batch_size", 0)))
-        levels = int(batching.get("priority_levels", 0))
-        default_level = int(batching.get("default_priority_level", 0)) or 1
-        default_policy = QueuePolicy.from_json(batching.get("default_queue_policy"))
-        overrides = batching.get("priority_queue_policy", {})
+    def from_spec(cls, spec: ModelSpec) -> BatchingSettings:
+        batching = spec.dynamic_batching
+        if batching is None:
+            raise ValueError(f"model '{spec.name}' has no dynamic_batching")
+        levels = batching.priority_levels
+        default_level = batching.default_priority_level or 1
+        overrides = batching.priority_queue_policies
         policies = {
-            level: QueuePolicy.from_json(overrides.get(str(level)))
-            if str(level) in overrides
-            else default_policy
+            level: overrides.get(level, batching.default_queue_policy)
             for level in range(1, max(levels, 1) + 1)
         }
         # Inputs with a variable dim must match across a batch unless ragged batching is on.
         checked = frozenset(
-            entry["name"]
-            for entry in config.get("input", ())
-            if (-1 in [int(d) for d in entry.get("dims", ())] or entry.get("is_shape_tensor"))
-            and not entry.get("allow_ragged_batch", False)
+            tensor.name
+            for tensor in spec.inputs.values()
+            if (-1 in tensor.dims or tensor.is_shape_tensor) and not tensor.allow_ragged_batch
         )
         return cls(
-            max_batch_size=max_batch_size,
-            preferred_batch_sizes=frozenset(
-                int(s) for s in batching.get("preferred_batch_size", ())
-            ),
-            max_queue_delay_ns=int(batching.get("max_queue_delay_microseconds", 0)) * 1000,
-            preserve_ordering=bool(batching.get("preserve_ordering", False)),
+            max_batch_size=max(1, spec.max_batch_size),
+            preferred_batch_sizes=frozenset(batching.preferred_batch_sizes),
+            max_queue_delay_ns=batching.max_queue_delay_us * 1000,
+            preserve_ordering=batching.preserve_ordering,
             priority_levels=levels,
             default_priority_level=default_level if levels else 1,
             policies=policies,

@@ -12,7 +12,7 @@ import inspect
 import json
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,20 +27,20 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
-from pytriton_core.backends.framework import config_parameters, flag
+from pytriton_core.backends.framework import flag
 from pytriton_core.backends.python import pb_utils
 from pytriton_core.backends.python.model_imports import ModelImporter
-from pytriton_core.config import config_from_json, config_to_json_dict
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import DeviceTensor, Tensor
+from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
 from pytriton_core.errors import (
     ErrorCode,
     InternalError,
     ModelConfigError,
     ServerError,
 )
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.paths import confined_path
 
 MODULE_NAME = "triton_python_backend_utils"
@@ -51,10 +51,8 @@ def _install_pb_utils() -> None:
     sys.modules.setdefault(MODULE_NAME, pb_utils)
 
 
-def _model_file(location: ModelLocation, config_json: Mapping[str, Any] | None) -> Path:
-    filename = "model.py"
-    if config_json and config_json.get("default_model_filename"):
-        filename = str(config_json["default_model_filename"])
+def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
+    filename = default_model_filename or "model.py"
     return confined_path(
         location.model_dir,
         str(location.version),
@@ -90,13 +88,14 @@ class PythonBackend(Backend):
     name = "python"
 
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
-        config_json = config_to_json_dict(config)
-        module, importer = _import_model_module(_model_file(location, config_json), location)
+        cfg: Any = config
+        path = _model_file(location, cfg.default_model_filename)
+        module, importer = _import_model_module(path, location)
         try:
             hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
             if hook is None:
                 return
-            completed = hook(pb_utils.ModelConfig(json.dumps(config_json)))
+            completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
         finally:
             importer.release()  # load_model imports the model afresh
         if not isinstance(completed, pb_utils.ModelConfig):
@@ -106,12 +105,13 @@ class PythonBackend(Backend):
             )
         config.CopyFrom(config_from_json(completed.as_dict()))
 
-    def load_model(
-        self, config: Message, config_json: Mapping[str, Any], location: ModelLocation
-    ) -> BackendModel:
-        module, importer = _import_model_module(_model_file(location, config_json), location)
+    def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
+        path = _model_file(location, spec.default_model_filename)
+        module, importer = _import_model_module(path, location)
         try:
-            return PythonModel(module, importer, config_json, location)
+            return PythonModel(
+                module, importer, spec, json.dumps(config_to_json_dict(config)), location, path
+            )
         except BaseException:
             importer.release()
             raise
@@ -122,30 +122,30 @@ class PythonModel(BackendModel):
         self,
         module: ModuleType,
         importer: ModelImporter,
-        config_json: Mapping[str, Any],
+        spec: ModelSpec,
+        model_config: str,
         location: ModelLocation,
+        path: Path,
     ) -> None:
+        """``model_config``: Triton's JSON of the config, what ``initialize`` receives."""
         self._module = module
         self._importer = importer
-        self._config_json = config_json
+        self._model_config = model_config
         self._location = location
-        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(dict(config_json))
-        self._output_names = [o["name"] for o in config_json.get("output", ())]
+        self.decoupled = spec.decoupled
+        self._output_names = list(spec.outputs)
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
-        force_cpu = config_parameters(config_json).get("FORCE_CPU_ONLY_INPUT_TENSORS")
+        force_cpu = spec.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
         self.gpu_inputs = not flag(force_cpu, default=True)
         if not hasattr(module.TritonPythonModel, "execute"):
-            raise InternalError(
-                f"Python model {_model_file(location, config_json)} does not implement "
-                "`execute` method."
-            )
+            raise InternalError(f"Python model {path} does not implement `execute` method.")
 
     def finalize(self) -> None:
         self._importer.release()
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         args = {
-            "model_config": json.dumps(self._config_json),
+            "model_config": self._model_config,
             "model_instance_kind": spec.kind,
             "model_instance_name": spec.name,
             "model_instance_device_id": str(spec.device_id),

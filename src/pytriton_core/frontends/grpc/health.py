@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 
 from pytriton_core import proto
-from pytriton_core.core.service import InferenceService
 from pytriton_core.frontends.grpc.restricted import restriction_of
 from pytriton_core.frontends.grpc.service import answering_errors
+from pytriton_core.service import InferenceService
 
 SERVICE_NAME = proto.HEALTH_SERVICE.full_name
 _HealthCheckRequest: Any = proto.message_class("grpc.health.v1.HealthCheckRequest")

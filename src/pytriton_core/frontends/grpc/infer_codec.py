@@ -21,21 +21,21 @@ from google.protobuf.message import DecodeError
 
 from pytriton_core import proto, types
 from pytriton_core._native.bytes_codec import serialize_bytes_tensor
-from pytriton_core.core.model import Model
-from pytriton_core.core.parameters import apply_request_parameter
-from pytriton_core.core.request import InferenceRequest, RequestedOutput
-from pytriton_core.core.response import InferenceResponse, ParameterValue
-from pytriton_core.core.service import InferenceService
-from pytriton_core.core.tensor import Tensor
-from pytriton_core.core.tensor_data import (
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
+from pytriton_core.frontends.grpc import wire
+from pytriton_core.inference.parameters import apply_request_parameter
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.response import InferenceResponse, ParameterValue
+from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor_data import (
     Buffer,
     array_from_bytes,
     array_to_bytes,
     datatype_from_wire,
 )
-from pytriton_core.errors import InvalidArgumentError, UnsupportedError
-from pytriton_core.frontends.grpc import wire
-from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
+from pytriton_core.memory import ShmOutput, ShmReference
+from pytriton_core.runtime.model import Model
+from pytriton_core.service import InferenceService
 
 # Message classes of the private pool; their fields are only known at run time.
 _ModelInferRequest: Any = proto.inference("ModelInferRequest")
@@ -106,7 +106,7 @@ def decode_infer_request(
 ) -> DecodedInfer:
     """A core request for ``message``; the model validates it when it is submitted."""
     model = service.model(message.model_name, message.model_version)
-    if unary and model.decoupled:
+    if unary and model.spec.decoupled:
         raise UnsupportedError(
             "ModelInfer RPC doesn't support models with decoupled transaction policy"
         )
@@ -135,7 +135,7 @@ def decode_infer_request(
                     f"'{name}' for model '{model.name}'"
                 )
             ref = _shm_reference(entry.parameters, name)
-            request.inputs[name] = service.shared_memory.input_tensor(
+            request.inputs[name] = service.shm_input(
                 ref,
                 datatype,
                 shape,
@@ -165,8 +165,7 @@ def decode_infer_request(
         request.inputs[name] = Tensor(name, datatype, array)
     if message.outputs:
         request.requested_outputs = {
-            output.name: _requested_output(output, decoded, service.shared_memory)
-            for output in message.outputs
+            output.name: _requested_output(output, decoded, service) for output in message.outputs
         }
     return decoded
 
@@ -203,7 +202,7 @@ def _shm_reference(parameters: Mapping[str, Any], tensor: str) -> ShmReference:
 
 
 def _requested_output(
-    output: Any, decoded: DecodedInfer, shared_memory: SharedMemoryManager
+    output: Any, decoded: DecodedInfer, service: InferenceService
 ) -> RequestedOutput:
     class_count: object = 0
     if "classification" in output.parameters:
@@ -216,7 +215,7 @@ def _requested_output(
                 "output can't set both 'shared_memory_region' and 'classification'"
             )
         ref = _shm_reference(output.parameters, output.name)
-        decoded.shm_outputs[output.name] = shared_memory.output_target(output.name, ref)
+        decoded.shm_outputs[output.name] = service.shm_output(output.name, ref)
     return RequestedOutput(output.name, class_count, output.name in decoded.shm_outputs)
 
 

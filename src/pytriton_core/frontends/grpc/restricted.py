@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 import grpc
 
-from pytriton_core.restricted import ApiCategory, RestrictedApis, Restriction, grpc_denial
+from pytriton_core.options import ApiCategory, RestrictedApis, Restriction
+from pytriton_core.restricted import grpc_denial
 
 # Every RPC of GRPCInferenceService and grpc.health.v1.Health (as Triton groups them); the
 # service builder looks each one up, so a new RPC without a protocol fails at start.

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import grpc
 
-from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError, InvalidArgumentError
 from pytriton_core.frontends.grpc.health import health_handler
 from pytriton_core.frontends.grpc.service import GrpcInferenceService
 from pytriton_core.options import GrpcOptions
+from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ import grpc
 from google.protobuf import json_format
 
 from pytriton_core import proto
-from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError, InvalidArgumentError, ServerError, UnsupportedError
 from pytriton_core.frontends.grpc.infer_codec import (
     decode_infer_request,
@@ -30,8 +29,9 @@ from pytriton_core.frontends.grpc.restricted import refuse_unless_allowed, restr
 from pytriton_core.frontends.grpc.settings import log_settings, trace_setting
 from pytriton_core.frontends.grpc.shm_service import SharedMemoryRpcs
 from pytriton_core.frontends.grpc.stream import InferStream
+from pytriton_core.options import Restriction
 from pytriton_core.repository.overrides import FILE_PREFIX
-from pytriton_core.restricted import Restriction
+from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class GrpcInferenceService(SharedMemoryRpcs):
 
     async def model_config(self, request: Any) -> Any:
         response = _message("ModelConfigResponse")()
-        response.config.CopyFrom(self._service.model(request.name, request.version).config)
+        response.config.CopyFrom(self._service.model_config(request.name, request.version))
         return response
 
     async def model_statistics(self, request: Any) -> Any:
@@ -145,22 +145,20 @@ class GrpcInferenceService(SharedMemoryRpcs):
             decoded.request.cancelled = True
             raise
         trace = decoded.request.trace
-        if trace is None:
-            if response.error is not None:
-                raise response.error
-            return encode_infer_response(decoded, response)
-        # grpc.aio hands over the whole message and sends the answer itself: the read is
-        # stamped as a moment, the send around the encoding.
-        trace.stamp("GRPC_WAITREAD_START", received_ns)
-        trace.stamp("GRPC_WAITREAD_END", received_ns)
-        trace.stamp("GRPC_SEND_START")
+        if trace is not None:
+            # grpc.aio hands over the whole message and sends the answer itself: the read is
+            # stamped as a moment, the send around the encoding.
+            trace.stamp("GRPC_WAITREAD_START", received_ns)
+            trace.stamp("GRPC_WAITREAD_END", received_ns)
+            trace.stamp("GRPC_SEND_START")
         try:
             if response.error is not None:
                 raise response.error
             return encode_infer_response(decoded, response)
         finally:
-            trace.stamp("GRPC_SEND_END")
-            trace.finish()
+            if trace is not None:
+                trace.stamp("GRPC_SEND_END")
+                trace.finish()
 
     async def _model_stream_infer(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
@@ -182,7 +180,7 @@ class GrpcInferenceService(SharedMemoryRpcs):
     async def repository_index(self, request: Any) -> Any:
         _reject_named_repository(request)
         response = _message("RepositoryIndexResponse")()
-        for entry in self._service.manager.index(request.ready):
+        for entry in self._service.repository_index(request.ready):
             model = response.models.add(name=entry.name)
             if entry.version is not None:
                 model.version = str(entry.version)

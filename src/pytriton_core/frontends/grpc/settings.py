@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from pytriton_core import proto
-from pytriton_core.core.service import InferenceService
-from pytriton_core.errors import InvalidArgumentError, ServerError, UnsupportedError
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.logging_settings import SETTABLE, parse_log_format
 from pytriton_core.options import LogFormat
+from pytriton_core.service import InferenceService
 from pytriton_core.tracing import SettingChange
 
 # Python type of a log setting -> the SettingValue field that carries it.
@@ -23,11 +23,12 @@ _LOG_FIELDS: dict[type, str] = {
 
 
 def log_settings(service: InferenceService, request: Any) -> Any:
-    control = service.log_control
     if request.settings:
-        control.update(_log_changes(request.settings))
+        settings = service.update_log_settings(_log_changes(request.settings))
+    else:
+        settings = service.log_settings()
     response: Any = proto.inference("LogSettingsResponse")()
-    for key, value in control.settings.to_json().items():
+    for key, value in settings.items():
         entry = response.settings[key]
         if isinstance(value, bool):
             entry.bool_param = value
@@ -62,20 +63,14 @@ def _log_changes(settings: Any) -> dict[str, Any]:
 
 
 def trace_setting(service: InferenceService, request: Any) -> Any:
-    tracer = service.tracer
     model = request.model_name or None
-    if model is not None:
-        try:
-            service.manager.get(model)
-        except ServerError:
-            raise InvalidArgumentError(f"Request for unknown model : {model}") from None
     if request.settings:
         changes: dict[str, SettingChange] = {
             key: list(entry.value) or None for key, entry in request.settings.items()
         }
-        answer = tracer.update(model, changes)
+        answer = service.update_trace_settings(model, changes)
     else:
-        answer = tracer.settings(model)
+        answer = service.trace_settings(model)
     response: Any = proto.inference("TraceSettingResponse")()
     for key, value in answer.items():
         response.settings[key].value.extend([value] if isinstance(value, str) else value)

@@ -17,9 +17,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.frontends.grpc.infer_codec import (
     DecodedInfer,
@@ -29,6 +26,9 @@ from pytriton_core.frontends.grpc.infer_codec import (
     encode_stream_response,
     read_request,
 )
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +80,14 @@ class InferStream:
             decoded = decode_infer_request(self._service, message, raw, unary=False)
             self._service.check_accepting()
             request = decoded.request
-            request.trace = self._service.tracer.sample(decoded.model.name)
+            request.trace = self._service.start_trace(decoded.model)
             if request.trace is not None:
                 request.trace.stamp("GRPC_WAITREAD_START")
                 request.trace.stamp("GRPC_WAITREAD_END")
             request.on_response = functools.partial(self._on_response, decoded)
             self._in_flight.add(request)
             try:
-                decoded.model.submit(request)
+                self._service.submit(decoded.model, request)
             except BaseException:
                 self._in_flight.discard(request)
                 raise

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytriton_core.core.tensor_data import Buffer
+from pytriton_core.inference.tensor_data import Buffer
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 

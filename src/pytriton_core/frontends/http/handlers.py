@@ -12,7 +12,6 @@ import binascii
 import orjson
 
 from pytriton_core.config import config_to_json_dict
-from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError, InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http import compression
 from pytriton_core.frontends.http.infer_codec import decode_infer_request, encode_infer_response
@@ -27,8 +26,9 @@ from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.frontends.http.settings_handlers import add_settings_routes
 from pytriton_core.frontends.http.shm_handlers import add_shared_memory_routes
 from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
+from pytriton_core.options import ApiCategory
 from pytriton_core.repository.overrides import FILE_PREFIX
-from pytriton_core.restricted import ApiCategory
+from pytriton_core.service import InferenceService
 
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[0-9]+))?"
 # A named repository ("/v2/repository/<name>/...") is not supported, as in Triton.
@@ -58,15 +58,15 @@ def build_router(service: InferenceService) -> Router:
         return EMPTY_OK if ready else plain_error(400, "Model version not ready")
 
     async def model_config(request: Request, match: RouteMatch) -> HttpResponse:
-        model = service.model(match.get("model") or "", match.get("version"))
-        return json_response(config_to_json_dict(model.config))
+        config = service.model_config(match.get("model") or "", match.get("version"))
+        return json_response(config_to_json_dict(config))
 
     async def model_stats(request: Request, match: RouteMatch) -> HttpResponse:
         return json_response(service.statistics(match.get("model"), match.get("version")))
 
     async def infer(request: Request, match: RouteMatch) -> HttpResponse:
         model = service.model(match.get("model") or "", match.get("version"))
-        if model.decoupled:
+        if model.spec.decoupled:
             raise UnsupportedError(
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
@@ -81,17 +81,11 @@ def build_router(service: InferenceService) -> Router:
             refusal.headers.append((b"Accept-Encoding", exc.accepted))
             return refusal
         header_length = _header_length(request, len(body))
-        decoded = decode_infer_request(model, body, header_length, service.shared_memory)
+        decoded = decode_infer_request(model, body, header_length, service)
         response = await service.infer(model, decoded.request)
         trace = decoded.request.trace
-        if trace is None:
-            if response.error is not None:
-                raise response.error
-            http_response = encode_infer_response(model, decoded, response)
-            return await compression.encode_response(
-                http_response, request.headers.get("accept-encoding")
-            )
-        stamp_received(trace)
+        if trace is not None:
+            stamp_received(trace)
         try:
             if response.error is not None:
                 raise response.error
@@ -100,9 +94,11 @@ def build_router(service: InferenceService) -> Router:
                 request.headers.get("accept-encoding"),
             )
         except BaseException:
-            trace.finish()
+            if trace is not None:
+                trace.finish()
             raise
-        http_response.on_sent = finish_when_sent(trace)
+        if trace is not None:
+            http_response.on_sent = finish_when_sent(trace)
         return http_response
 
     async def repository_index(request: Request, match: RouteMatch) -> HttpResponse:
@@ -111,7 +107,7 @@ def build_router(service: InferenceService) -> Router:
         if not isinstance(ready, bool):
             raise InvalidArgumentError("Unable to parse 'ready', expecting a bool")
         entries = []
-        for entry in service.manager.index(ready):
+        for entry in service.repository_index(ready):
             item: dict[str, str] = {"name": entry.name}
             if entry.version is not None:
                 item["version"] = str(entry.version)

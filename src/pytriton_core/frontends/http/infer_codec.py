@@ -21,20 +21,20 @@ from pytriton_core._native.json_tensor import (
     array_from_json_data,
     array_to_json_data,
 )
-from pytriton_core.core.model import Model
-from pytriton_core.core.parameters import apply_request_parameter
-from pytriton_core.core.request import InferenceRequest, RequestedOutput
-from pytriton_core.core.response import InferenceResponse, ParameterValue
-from pytriton_core.core.tensor import Tensor
-from pytriton_core.core.tensor_data import array_from_bytes, array_to_bytes, datatype_from_wire
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
-    NotFoundError,
     UnsupportedError,
 )
 from pytriton_core.frontends.http.messages import JSON, Buffer, HttpResponse
-from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
+from pytriton_core.inference.parameters import apply_request_parameter
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.response import InferenceResponse, ParameterValue
+from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor_data import array_from_bytes, array_to_bytes, datatype_from_wire
+from pytriton_core.memory import ShmOutput, ShmReference
+from pytriton_core.runtime.model import Model
+from pytriton_core.service import InferenceService
 
 OCTET_STREAM = b"application/octet-stream"
 _DATA_SOURCES = ("data", "binary_data_size", "shared_memory_region")
@@ -179,15 +179,11 @@ def _shm_reference(parameters: Mapping[str, Any], tensor_name: str) -> ShmRefere
     return ShmReference(region, offset, byte_size)
 
 
-def _unknown_region(region: str) -> NotFoundError:
-    return NotFoundError(f"Unable to find shared memory region: '{region}'")
-
-
 def _input_tensor(
     entry: Any,
     binary: _BinaryCursor,
     request_id: str,
-    shared_memory: SharedMemoryManager | None,
+    service: InferenceService,
     model_name: str,
 ) -> Tensor:
     if not isinstance(entry, dict):
@@ -213,9 +209,7 @@ def _input_tensor(
     source = present[0]
     if source == "shared_memory_region":
         ref = _shm_reference(parameters, name)
-        if shared_memory is None:
-            raise _unknown_region(ref.region)
-        return shared_memory.input_tensor(
+        return service.shm_input(
             ref,
             datatype,
             shape,
@@ -249,9 +243,7 @@ def _input_tensor(
     return Tensor(name, datatype, array)
 
 
-def _requested_outputs(
-    raw: Any, decoded: DecodedInfer, shared_memory: SharedMemoryManager | None
-) -> None:
+def _requested_outputs(raw: Any, decoded: DecodedInfer, service: InferenceService) -> None:
     if raw is None:
         return
     if not isinstance(raw, list):
@@ -278,9 +270,7 @@ def _requested_outputs(
                         f"Output can't set both 'shared_memory_region' and '{conflict}'"
                     )
             ref = _shm_reference(parameters, name)
-            if shared_memory is None:
-                raise _unknown_region(ref.region)
-            decoded.shm_outputs[name] = shared_memory.output_target(name, ref)
+            decoded.shm_outputs[name] = service.shm_output(name, ref)
         requested[name] = RequestedOutput(name, class_count, name in decoded.shm_outputs)
         decoded.binary_outputs[name] = binary
     decoded.request.requested_outputs = requested
@@ -290,12 +280,12 @@ def decode_infer_request(
     model: Model,
     body: Buffer,
     header_length: int | None,
-    shared_memory: SharedMemoryManager | None = None,
+    service: InferenceService,
 ) -> DecodedInfer:
     """Parse an infer body into a core request (the caller validates it against the model).
 
-    Inputs and outputs in shared memory are resolved in ``shared_memory`` (none: every
-    region is unknown): inputs become views of their regions, outputs' ranges are checked.
+    Inputs and outputs in shared memory are resolved by ``service``: inputs become views of
+    their regions, outputs' ranges are checked.
     """
     request = InferenceRequest(model_name=model.name, model_version=model.version)
     if header_length == 0:
@@ -323,14 +313,14 @@ def decode_infer_request(
     if not isinstance(inputs, list):
         raise _unparsable("inputs", _NOT_ARRAY)
     for entry in inputs:
-        tensor = _input_tensor(entry, cursor, request_id, shared_memory, model.name)
+        tensor = _input_tensor(entry, cursor, request_id, service, model.name)
         if tensor.name in request.inputs:
             raise InvalidArgumentError(
                 f"input '{tensor.name}' already exists in request"
             ).with_request_id(request_id)
         request.inputs[tensor.name] = tensor
     cursor.check_consumed()
-    _requested_outputs(document.get("outputs"), decoded, shared_memory)
+    _requested_outputs(document.get("outputs"), decoded, service)
     return decoded
 
 
@@ -340,14 +330,14 @@ def _decode_raw_binary(model: Model, body: Buffer, request: InferenceRequest) ->
     As in Triton, the request's one input is called ``raw_input`` until it is matched to
     the model's input, and it is a batch of one for batching models.
     """
-    specs = model.specs
-    if len(specs.inputs) != 1:
+    inputs = model.spec.inputs
+    if len(inputs) != 1:
         raise InvalidArgumentError(
             f"Raw request must only have 1 input (found 1) to be deduced but got "
-            f"{len(specs.inputs)} inputs in '{model.name}' model configuration"
+            f"{len(inputs)} inputs in '{model.name}' model configuration"
         ).with_request_id(request.id)
-    spec = next(iter(specs.inputs.values()))
-    batch = [1] if specs.max_batch_size > 0 else []
+    spec = next(iter(inputs.values()))
+    batch = [1] if model.spec.batching else []
     if spec.datatype.is_bytes:
         if list(spec.dims) != [1]:
             raise InvalidArgumentError(

@@ -13,7 +13,8 @@ from urllib.parse import unquote
 import orjson
 
 from pytriton_core.frontends.http.messages import HttpResponse, plain_error
-from pytriton_core.restricted import ApiCategory, RestrictedApis, http_denial
+from pytriton_core.options import ApiCategory, RestrictedApis
+from pytriton_core.restricted import http_denial
 
 
 class Request(Protocol):

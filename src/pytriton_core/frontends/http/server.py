@@ -31,12 +31,12 @@ from pytriton_core._native.http_framing import (
     build_response_head,
     framing_error,
 )
-from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import ServerError
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.messages import HttpResponse, error_response, plain_error
 from pytriton_core.frontends.http.router import Router
 from pytriton_core.frontends.http.timing import RECEIVED
+from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 

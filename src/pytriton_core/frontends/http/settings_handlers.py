@@ -7,38 +7,36 @@ from typing import Any
 
 import orjson
 
-from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import (
     InternalError,
-    InvalidArgumentError,
-    ServerError,
     UnavailableError,
     UnsupportedError,
 )
 from pytriton_core.frontends.http.messages import HttpResponse, json_response
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.logging_settings import SETTABLE, parse_log_format
-from pytriton_core.options import LogFormat
-from pytriton_core.restricted import ApiCategory
+from pytriton_core.options import ApiCategory, LogFormat
+from pytriton_core.service import InferenceService
 from pytriton_core.tracing import changes_from_json
 
 
 def add_settings_routes(router: Router, service: InferenceService) -> None:
     async def get_logging(request: Request, match: RouteMatch) -> HttpResponse:
-        return json_response(service.log_control.settings.to_json())
+        return json_response(service.log_settings())
 
     async def post_logging(request: Request, match: RouteMatch) -> HttpResponse:
         changes = log_changes_from_json(_json_document(request))
-        return json_response(service.log_control.update(changes).to_json())
+        return json_response(service.update_log_settings(changes))
 
     async def get_trace(request: Request, match: RouteMatch) -> HttpResponse:
-        return json_response(service.tracer.settings(_traced_model(service, match)))
+        return json_response(service.trace_settings(match.get("model")))
 
     async def post_trace(request: Request, match: RouteMatch) -> HttpResponse:
-        model = _traced_model(service, match)
+        model = match.get("model")
+        service.check_trace_model(model)  # refused before the body is read, as in Triton
         document = _json_document(request)
         body = document if isinstance(document, dict) else {}
-        return json_response(service.tracer.update(model, changes_from_json(body)))
+        return json_response(service.update_trace_settings(model, changes_from_json(body)))
 
     router.add(r"/v2/logging", ApiCategory.LOGGING, GET=get_logging, POST=post_logging)
     router.add(r"/v2/trace/setting", ApiCategory.TRACE, GET=get_trace, POST=post_trace)
@@ -48,17 +46,6 @@ def add_settings_routes(router: Router, service: InferenceService) -> None:
         GET=get_trace,
         POST=post_trace,
     )
-
-
-def _traced_model(service: InferenceService, match: RouteMatch) -> str | None:
-    name = match.get("model")
-    if name is None:
-        return None
-    try:
-        service.manager.get(name)
-    except ServerError:
-        raise InvalidArgumentError(f"Request for unknown model : {name}") from None
-    return name
 
 
 def _json_document(request: Request) -> Any:

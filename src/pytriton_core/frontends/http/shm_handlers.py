@@ -1,9 +1,9 @@
 """The shared-memory extensions over HTTP: ``/v2/systemsharedmemory`` and
 ``/v2/cudasharedmemory`` (``[/region/{name}]/status|register|unregister``).
 
-The registry is the core's ``SharedMemoryManager``; these handlers read the JSON bodies with
-Triton's messages (a malformed document or a member of the wrong type: INTERNAL, as
-Triton's JSON reader reports it; a missing member: INVALID_ARG) and render the answers.
+The registry sits behind the service's shared-memory methods; these handlers read the JSON
+bodies with Triton's messages (a malformed document or a member of the wrong type: INTERNAL,
+as Triton's JSON reader reports it; a missing member: INVALID_ARG) and render the answers.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
-from pytriton_core.core.service import InferenceService
 from pytriton_core.errors import InternalError, InvalidArgumentError
 from pytriton_core.frontends.http.messages import EMPTY_OK, HttpResponse, json_response
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
-from pytriton_core.restricted import ApiCategory
+from pytriton_core.options import ApiCategory
+from pytriton_core.service import InferenceService
 
 _REGION = r"(?:/region/(?P<region>[^/]+))?"
 SYSTEM_SHM = r"/v2/systemsharedmemory" + _REGION
@@ -53,14 +53,12 @@ def _unsigned(value: Any) -> int:
 
 
 def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
-    shared_memory = service.shared_memory
-
     async def system_status(request: Request, match: RouteMatch) -> HttpResponse:
-        return json_response(shared_memory.status("system", match.get("region")))
+        return json_response(service.shm_status("system", match.get("region")))
 
     async def system_register(request: Request, match: RouteMatch) -> HttpResponse:
         # Refusals that need no body come first, as in Triton.
-        shared_memory.require_client_shm()
+        service.require_client_shm()
         name = match.get("region") or ""
         if not name:
             raise InvalidArgumentError(
@@ -72,24 +70,24 @@ def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
             raise InternalError(_NOT_STRING)
         offset = _unsigned(document.get("offset", 0))
         byte_size = _unsigned(_required(document, "byte_size"))
-        shared_memory.register_system(name, key, offset, byte_size)
+        service.register_system_shm(name, key, offset, byte_size)
         return EMPTY_OK
 
     async def system_unregister(request: Request, match: RouteMatch) -> HttpResponse:
-        shared_memory.unregister("system", match.get("region"))
+        service.unregister_shm("system", match.get("region"))
         return EMPTY_OK
 
     async def cuda_status(request: Request, match: RouteMatch) -> HttpResponse:
-        return json_response(shared_memory.status("cuda", match.get("region")))
+        return json_response(service.shm_status("cuda", match.get("region")))
 
     async def cuda_register(request: Request, match: RouteMatch) -> HttpResponse:
-        shared_memory.require_client_shm()
+        service.require_client_shm()
         name = match.get("region") or ""
         if not name:
             raise InvalidArgumentError(
                 "'region name' is necessary to register cuda shared memory region"
             )
-        shared_memory.require_gpu(name)
+        service.require_cuda_shm(name)
         document = _document(request)
         handle = _required(document, "raw_handle")
         encoded = handle.get("b64") if isinstance(handle, dict) else None
@@ -107,11 +105,11 @@ def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
         if not isinstance(device_id, int) or isinstance(device_id, bool):
             raise InternalError(_NOT_SIGNED)
         byte_size = _unsigned(_required(document, "byte_size"))
-        shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
+        service.register_cuda_shm(name, raw_handle, device_id, byte_size)
         return EMPTY_OK
 
     async def cuda_unregister(request: Request, match: RouteMatch) -> HttpResponse:
-        shared_memory.unregister("cuda", match.get("region"))
+        service.unregister_shm("cuda", match.get("region"))
         return EMPTY_OK
 
     router.add(SYSTEM_SHM + "/status", ApiCategory.SHARED_MEMORY, GET=system_status)

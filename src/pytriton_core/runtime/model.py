@@ -1,4 +1,4 @@
-"""A loaded model version: its config, scheduler, instances and statistics.
+"""A loaded model version: its spec, scheduler, instances and statistics.
 
 Requests enter through ``submit`` (on the event loop): they are validated, queued, taken
 by an instance's worker thread, and their responses come back to the loop in
@@ -12,22 +12,22 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from google.protobuf.message import Message
 
 from pytriton_core.backends.base import BackendModel, InstanceSpec
-from pytriton_core.core import classification
-from pytriton_core.core.instance import ModelInstance
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming, FailureReason, ModelStatistics
-from pytriton_core.core.validation import TensorSpecs, validate_request
-from pytriton_core.core.warmup import warmup_samples
+from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import ErrorCode, ServerError, UnavailableError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
 from pytriton_core.paths import confined_path
+from pytriton_core.runtime import classification
+from pytriton_core.runtime.instance import ModelInstance
+from pytriton_core.runtime.validation import validate_request
+from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import create_scheduler
 
 log = logging.getLogger(__name__)
@@ -42,63 +42,64 @@ class ModelState(enum.Enum):
 
 
 class Model:
-    """One version of a model, loaded: what the front ends see and submit requests to."""
+    """One version of a model, loaded: what the front ends see and submit requests to.
+
+    Built with its backend model on the loader's worker thread; ``start`` creates the
+    instances, after which requests go to ``submit`` on the event loop ``loop``.
+    """
 
     def __init__(
         self,
-        name: str,
-        version: int,
+        spec: ModelSpec,
         config: Message,
-        config_json: Mapping[str, Any],
         model_dir: Path,
+        backend_model: BackendModel,
+        loop: asyncio.AbstractEventLoop,
         stats: ModelStatistics | None = None,
     ) -> None:
-        self.name = name
-        self.version = version
+        self.spec = spec
+        self.name = spec.name
+        self.version = spec.version
+        # The validated config, for the two places that render Triton's JSON of it (the
+        # /config endpoints); everything else reads ``spec``.
         self.config = config
-        self.config_json = config_json
         self.model_dir = model_dir
         self.state = ModelState.LOADING
         self.stats = stats if stats is not None else ModelStatistics()
-        self._in_flight = 0
-        self.specs = TensorSpecs.from_config_json(config_json)
-        self.platform = str(config_json.get("platform") or config_json.get("backend", ""))
-        self.decoupled = bool(
-            config_json.get("model_transaction_policy", {}).get("decoupled", False)
-        )
-        self._labels: dict[str, list[str]] = {}
-        for output in config_json.get("output", ()):
-            if output.get("label_filename"):
-                filename = str(output["label_filename"])
-                path = confined_path(model_dir, filename, what=f"label_filename '{filename}'")
-                self._labels[output["name"]] = classification.read_labels(path)
-
-    def start(
-        self,
-        backend_model: BackendModel,
-        instance_specs: Sequence[InstanceSpec],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        """Create the instances (blocking: call from a worker thread, not the loop)."""
         self._loop = loop
         self._backend_model = backend_model
-        self._scheduler = create_scheduler(self.config_json, self._reject_threadsafe)
+        self._scheduler = create_scheduler(spec, self._reject_threadsafe)
         self._instances: list[ModelInstance] = []
+        self._in_flight = 0
         self._drained: asyncio.Event | None = None
-        preserve = self.config_json.get("dynamic_batching", {}).get("preserve_ordering", False)
+        preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
         # Requests in arrival order, when responses must leave in that order.
         self._release_order: deque[InferenceRequest] | None = deque() if preserve else None
         self._held: dict[int, InferenceResponse] = {}
+        self._labels = {
+            output.name: classification.read_labels(
+                confined_path(
+                    model_dir,
+                    output.label_filename,
+                    what=f"label_filename '{output.label_filename}'",
+                )
+            )
+            for output in spec.outputs.values()
+            if output.label_filename
+        }
+
+    def start(self, instance_specs: Sequence[InstanceSpec]) -> None:
+        """Create the instances (blocking: call from a worker thread, not the loop)."""
         scheduler = self._scheduler
-        warmup = warmup_samples(self.config_json, self.model_dir)
+        warmup = warmup_samples(self.spec, self.model_dir)
         try:
-            for spec in instance_specs:
+            for instance_spec in instance_specs:
                 instance = ModelInstance(
-                    spec,
-                    backend_model,
+                    instance_spec,
+                    self._backend_model,
                     scheduler,
                     self._batch_done,
-                    loop.call_soon_threadsafe,
+                    self._loop.call_soon_threadsafe,
                     warmup,
                 )
                 instance.start()
@@ -118,12 +119,12 @@ class Model:
                 "ready state"
             )
         # Triton counts no statistics for a request that fails validation.
-        validate_request(request, self.specs, self.name)
+        validate_request(request, self.spec)
         request.loop = self._loop
         request.queue_start_ns = time.monotonic_ns()
         if request.trace is not None:
             self._trace_submit(request)
-        if self.decoupled and self.stats.first_response is not None:
+        if self.spec.decoupled and self.stats.first_response is not None:
             self._observe_first_response(request)
         try:
             self._scheduler.enqueue(request)
@@ -143,8 +144,7 @@ class Model:
 
     def pending_request_count(self) -> int:
         """Requests queued in the scheduler, not yet handed to an instance."""
-        scheduler = getattr(self, "_scheduler", None)
-        return scheduler.pending_count() if scheduler is not None else 0
+        return self._scheduler.pending_count()
 
     def _trace_submit(self, request: InferenceRequest) -> None:
         trace = request.trace
@@ -226,7 +226,7 @@ class Model:
                 if self._release_order is not None:
                     self._release_order.remove(request)
                 continue
-            if stats.first_response is not None and not self.decoupled:
+            if stats.first_response is not None and not self.spec.decoupled:
                 stats.record_first_response(request.arrival_ns, end_ns)
             if response.error is None:
                 response = self._apply_classification(request, response)
@@ -257,8 +257,8 @@ class Model:
             wanted = request.requested_outputs.get(tensor.name)
             if wanted is None or wanted.class_count <= 0:
                 continue
-            spec = self.specs.outputs.get(tensor.name)
-            batched = self.specs.max_batch_size > 0 and spec is not None and bool(spec.dims)
+            declared = self.spec.outputs.get(tensor.name)
+            batched = self.spec.batching and declared is not None and bool(declared.dims)
             try:
                 response.outputs[i] = classification.classify(
                     tensor, wanted.class_count, batched, self._labels.get(tensor.name, [])

@@ -13,7 +13,6 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytriton_core.options import DEFAULT_FIRST_RESPONSE_BUCKETS_MS, MetricsOptions
 
@@ -163,14 +162,21 @@ class ModelStatistics:
 
     @classmethod
     def create(
-        cls, metrics: MetricsOptions | None, config_json: Mapping[str, Any] | None = None
+        cls,
+        metrics: MetricsOptions | None,
+        histogram_buckets: Mapping[str, Sequence[float]] | None = None,
     ) -> ModelStatistics:
-        """Counters for a model, with the distributions ``metrics`` enables (None: none)."""
+        """Counters for a model, with the distributions ``metrics`` enables (None: none).
+
+        ``histogram_buckets``: the model's own bucket bounds by histogram family (the
+        config's ``model_metrics``), where it sets them.
+        """
         if metrics is None:
             return cls()
         histogram = None
         if metrics.histogram_latencies:
-            histogram = Histogram(_histogram_buckets(config_json, FIRST_RESPONSE_HISTOGRAM))
+            buckets = (histogram_buckets or {}).get(FIRST_RESPONSE_HISTOGRAM)
+            histogram = Histogram(buckets or DEFAULT_FIRST_RESPONSE_BUCKETS_MS)
         return cls(
             summaries=LatencySummaries() if metrics.summary_latencies else None,
             first_response=histogram,
@@ -219,14 +225,3 @@ class ModelStatistics:
     def record_first_response(self, arrival_ns: int, now_ns: int) -> None:
         if self.first_response is not None:
             self.first_response.observe((now_ns - arrival_ns) / 1e6)
-
-
-def _histogram_buckets(config_json: Mapping[str, Any] | None, family: str) -> Sequence[float]:
-    """A model's ``model_metrics`` bucket override for ``family``, else the default."""
-    controls = (config_json or {}).get("model_metrics", {}).get("metric_control", ())
-    for control in controls:
-        if control.get("metric_identifier", {}).get("family") == family:
-            buckets = control.get("histogram_options", {}).get("buckets")
-            if buckets:
-                return sorted(float(b) for b in buckets)
-    return DEFAULT_FIRST_RESPONSE_BUCKETS_MS

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytriton_core.core.response import InferenceResponse, ParameterValue
-from pytriton_core.core.tensor import Tensor
+from pytriton_core.inference.response import InferenceResponse, ParameterValue
+from pytriton_core.inference.tensor import Tensor
 
 if TYPE_CHECKING:
     from pytriton_core.tracing import RequestTrace

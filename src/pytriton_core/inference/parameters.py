@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TypeGuard
 
-from pytriton_core.core.request import SEQUENCE_END, SEQUENCE_START, InferenceRequest
 from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.inference.request import SEQUENCE_END, SEQUENCE_START, InferenceRequest
 
 RESERVED_PREFIX = "triton_"
 

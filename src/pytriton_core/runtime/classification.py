@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from pytriton_core import types
-from pytriton_core.core.tensor import Tensor
 from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.inference.tensor import Tensor
 
 
 def read_labels(path: Path) -> list[str]:

@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.warmup import WarmupSample, run_warmup
 from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.runtime.warmup import WarmupSample, run_warmup
 from pytriton_core.scheduling.base import Scheduler
 
 log = logging.getLogger(__name__)

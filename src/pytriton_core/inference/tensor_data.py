@@ -13,8 +13,8 @@ import numpy as np
 
 from pytriton_core import types
 from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serialize_bytes_tensor
-from pytriton_core.core.tensor import Tensor
 from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.inference.tensor import Tensor
 
 Buffer = bytes | bytearray | memoryview
 

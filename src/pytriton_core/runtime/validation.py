@@ -1,53 +1,14 @@
 """Request validation against a model's config, with Triton's messages.
 
 Runs on the event loop before a request is queued, so a bad request never reaches a
-backend. The per-model facts it needs are computed once at load (``TensorSpecs``).
+backend. The per-model facts it needs are computed once at load (the ``ModelSpec``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
-from pytriton_core import types
-from pytriton_core.core.request import InferenceRequest
+from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import InvalidArgumentError, ServerError
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSpec:
-    name: str
-    datatype: types.DataType
-    dims: tuple[int, ...]  # without the batch dimension
-    optional: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSpecs:
-    max_batch_size: int
-    inputs: Mapping[str, TensorSpec]
-    outputs: Mapping[str, TensorSpec]
-
-    @classmethod
-    def from_config_json(cls, config: Mapping[str, Any]) -> TensorSpecs:
-        def spec(entry: Mapping[str, Any]) -> TensorSpec:
-            return TensorSpec(
-                name=entry["name"],
-                datatype=types.BY_CONFIG_NAME[entry["data_type"]],
-                dims=tuple(int(d) for d in entry.get("dims", ())),
-                optional=bool(entry.get("optional", False)),
-            )
-
-        return cls(
-            max_batch_size=int(config.get("max_batch_size", 0)),
-            inputs={e["name"]: spec(e) for e in config.get("input", ())},
-            outputs={e["name"]: spec(e) for e in config.get("output", ())},
-        )
-
-    def full_shape(self, spec: TensorSpec) -> list[int]:
-        """The shape clients see: ``[-1] + dims`` for batching models."""
-        return [-1, *spec.dims] if self.max_batch_size > 0 else list(spec.dims)
+from pytriton_core.inference.request import InferenceRequest
 
 
 def _format_shape(shape: list[int] | tuple[int, ...]) -> str:
@@ -66,7 +27,7 @@ _BATCH_NOTE = (
 )
 
 
-def validate_request(request: InferenceRequest, specs: TensorSpecs, model_name: str) -> None:
+def validate_request(request: InferenceRequest, spec: ModelSpec) -> None:
     """Check inputs and requested outputs; set ``request.batch_size``.
 
     Messages and their ``[request id: ...]`` prefixes follow Triton's: the core's request
@@ -76,9 +37,11 @@ def validate_request(request: InferenceRequest, specs: TensorSpecs, model_name: 
     def error(message: str) -> ServerError:
         return InvalidArgumentError(message).with_request_id(request.id)
 
-    required = [n for n, s in specs.inputs.items() if not s.optional]
+    model_name = spec.name
+    declared = spec.inputs
+    required = spec.required_inputs
     given = len(request.inputs)
-    if given < len(required) or given > len(specs.inputs):
+    if given < len(required) or given > len(declared):
         missing = [n for n in required if n not in request.inputs]
         raise error(
             f"expected {len(required)} inputs but got {given} inputs for model "
@@ -86,7 +49,7 @@ def validate_request(request: InferenceRequest, specs: TensorSpecs, model_name: 
             f"required input(s) {_names(missing)}. Please provide all required input(s)."
         )
     for name in request.inputs:
-        if name not in specs.inputs:
+        if name not in declared:
             raise InvalidArgumentError(
                 f"unexpected inference input '{name}' for model '{model_name}'"
             )
@@ -98,24 +61,25 @@ def validate_request(request: InferenceRequest, specs: TensorSpecs, model_name: 
             f"required input(s) {_names(missing)}. Please provide all required input(s)."
         )
 
+    max_batch_size = spec.max_batch_size
     batch_size = 0
     for name, tensor in request.inputs.items():
-        spec = specs.inputs[name]
-        if tensor.datatype is not spec.datatype:
+        expected = declared[name]
+        if tensor.datatype is not expected.datatype:
             raise error(
                 f"inference input '{name}' data-type is '{tensor.datatype.wire_name}', but "
-                f"model '{model_name}' expects '{spec.datatype.wire_name}'"
+                f"model '{model_name}' expects '{expected.datatype.wire_name}'"
             )
         shape = tensor.shape
         dims = shape
         note = ""
-        if specs.max_batch_size > 0:
+        if max_batch_size > 0:
             if shape:
                 if batch_size == 0:
                     batch_size = shape[0]
-                    if batch_size > specs.max_batch_size:
+                    if batch_size > max_batch_size:
                         raise error(
-                            f"inference request batch-size must be <= {specs.max_batch_size} "
+                            f"inference request batch-size must be <= {max_batch_size} "
                             f"for '{model_name}'"
                         )
                 elif shape[0] != batch_size:
@@ -124,19 +88,19 @@ def validate_request(request: InferenceRequest, specs: TensorSpecs, model_name: 
                     )
             dims = shape[1:]
             note = _BATCH_NOTE
-        if len(dims) != len(spec.dims) or any(
-            want != -1 and want != got for want, got in zip(spec.dims, dims, strict=True)
+        if len(dims) != len(expected.dims) or any(
+            want != -1 and want != got for want, got in zip(expected.dims, dims, strict=True)
         ):
             raise error(
                 f"unexpected shape for input '{name}' for model '{model_name}'. "
-                f"Expected {_format_shape(specs.full_shape(spec))}, got {_format_shape(shape)}."
+                f"Expected {_format_shape(spec.full_shape(expected))}, got {_format_shape(shape)}."
                 f"{note or ' '}"
             )
-    request.batch_size = max(batch_size, 1) if specs.max_batch_size > 0 else 1
+    request.batch_size = max(batch_size, 1) if max_batch_size > 0 else 1
 
     if request.requested_outputs is not None:
         for name in request.requested_outputs:
-            if name not in specs.outputs:
+            if name not in spec.outputs:
                 raise InvalidArgumentError(
                     f"unexpected inference output '{name}' for model '{model_name}'"
                 )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pytriton_core.core.tensor import Tensor
 from pytriton_core.errors import ServerError
+from pytriton_core.inference.tensor import Tensor
 
 ParameterValue = bool | int | float | str
 

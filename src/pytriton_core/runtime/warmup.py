@@ -1,6 +1,6 @@
 """Model warm-up (``model_warmup``): sample requests each instance runs before it is ready.
 
-Backend-independent: the samples are built once per model from its config
+Backend-independent: the samples are built once per model from its spec
 (``warmup_samples``) and each instance's worker thread runs them straight through its
 backend instance (``run_warmup``) after creating it and before taking requests, as
 Triton does. A sample of ``batch_size`` b executes b requests of batch size 1 together,
@@ -22,12 +22,13 @@ import numpy as np
 
 from pytriton_core import types
 from pytriton_core.backends.base import BackendInstance
-from pytriton_core.core.request import InferenceRequest
-from pytriton_core.core.response import InferenceResponse
-from pytriton_core.core.statistics import ComputeTiming
-from pytriton_core.core.tensor import Tensor
-from pytriton_core.core.tensor_data import array_from_bytes
+from pytriton_core.config.spec import ModelSpec, WarmupInput
 from pytriton_core.errors import InternalError, ModelConfigError, ServerError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor_data import array_from_bytes
 from pytriton_core.paths import confined_path
 
 WARMUP_DIR = "warmup"
@@ -44,16 +45,15 @@ class WarmupSample:
     inputs: Mapping[str, Tensor]  # one request's inputs
 
 
-def warmup_samples(config_json: Mapping[str, Any], model_dir: Path) -> list[WarmupSample]:
-    """The config's warm-up samples with their data; ModelConfigError for a bad one."""
-    model = str(config_json.get("name", model_dir.name))
-    max_batch_size = int(config_json.get("max_batch_size", 0))
-    declared = {str(e["name"]): e for e in config_json.get("input", ())}
+def warmup_samples(spec: ModelSpec, model_dir: Path) -> list[WarmupSample]:
+    """The spec's warm-up samples with their data; ModelConfigError for a bad one."""
+    model = spec.name
+    max_batch_size = spec.max_batch_size
     samples = []
-    for index, setting in enumerate(config_json.get("model_warmup", ())):
-        name = str(setting.get("name") or f"sample_{index}")
+    for index, setting in enumerate(spec.warmup):
+        name = setting.name or f"sample_{index}"
         where = f"model '{model}' warm-up sample '{name}'"
-        batch_size = int(setting.get("batch_size", 1)) or 1
+        batch_size = setting.batch_size
         if max_batch_size > 0 and batch_size > max_batch_size:
             raise ModelConfigError(
                 f"{where}: batch_size {batch_size} exceeds max_batch_size {max_batch_size}"
@@ -63,39 +63,39 @@ def warmup_samples(config_json: Mapping[str, Any], model_dir: Path) -> list[Warm
                 f"{where}: batch_size must be 1 for a model without batching (max_batch_size 0)"
             )
         inputs = {}
-        for input_name, data in (setting.get("inputs") or {}).items():
-            if input_name not in declared:
+        for input_name, data in setting.inputs.items():
+            declared = spec.inputs.get(input_name)
+            if declared is None:
                 raise ModelConfigError(f"{where}: the model has no input '{input_name}'")
-            tensor = _sample_tensor(str(input_name), data, max_batch_size > 0, model_dir, where)
-            config_type = declared[input_name].get("data_type")
-            if tensor.datatype.config_name != config_type:
+            tensor = _sample_tensor(input_name, data, max_batch_size > 0, model_dir, where)
+            if tensor.datatype is not declared.datatype:
                 raise ModelConfigError(
                     f"{where}: input '{input_name}' is {tensor.datatype.config_name}, but the "
-                    f"model expects {config_type}"
+                    f"model expects {declared.datatype.config_name}"
                 )
-            inputs[str(input_name)] = tensor
-        samples.append(
-            WarmupSample(model, name, batch_size, int(setting.get("count", 1)) or 1, inputs)
-        )
+            inputs[input_name] = tensor
+        samples.append(WarmupSample(model, name, batch_size, setting.count, inputs))
     return samples
 
 
 def _sample_tensor(
-    name: str, data: Mapping[str, Any], batching: bool, model_dir: Path, where: str
+    name: str, data: WarmupInput, batching: bool, model_dir: Path, where: str
 ) -> Tensor:
-    datatype = types.BY_CONFIG_NAME.get(str(data.get("data_type", "")))
+    datatype = data.datatype
     if datatype is None:
         raise ModelConfigError(f"{where}: input '{name}' has no valid data_type")
-    dims = [int(d) for d in data.get("dims", ())]
+    dims = list(data.dims)
     if any(d < 0 for d in dims):
         raise ModelConfigError(f"{where}: input '{name}' dims {dims} must all be >= 0")
     shape = [1, *dims] if batching else dims
     count = types.element_count(shape)
     array: np.ndarray
-    if data.get("input_data_file"):
-        filename = str(data["input_data_file"])
+    if data.input_data_file:
         path = confined_path(
-            model_dir, WARMUP_DIR, filename, what=f"{where}: input_data_file '{filename}'"
+            model_dir,
+            WARMUP_DIR,
+            data.input_data_file,
+            what=f"{where}: input_data_file '{data.input_data_file}'",
         )
         try:
             raw = path.read_bytes()
@@ -110,9 +110,9 @@ def _sample_tensor(
             )
         except ServerError as exc:
             raise ModelConfigError(f"{where}: file '{path}': {exc.message}") from None
-    elif data.get("random_data"):
+    elif data.random_data:
         array = _random(datatype, shape)
-    elif data.get("zero_data"):
+    elif data.zero_data:
         array = _zeros(datatype, shape)
     else:
         raise ModelConfigError(

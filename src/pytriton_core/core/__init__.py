@@ -1,1 +1,0 @@
-"""The core: requests and responses, models, instances and their statistics."""

@@ -1,0 +1,331 @@
+"""The face the front ends call: lookups, readiness, metadata, infer, statistics, the model
+repository, and the trace, log and shared-memory settings.
+
+HTTP, gRPC and the in-process API call the same methods, so all answer the same way; each
+renders the returned values in its own wire format. The repository manager, the tracer, the
+log control and the shared-memory registry stay behind these methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf.message import Message
+
+from pytriton_core import types
+from pytriton_core._version import __version__
+from pytriton_core.config import TensorSpec, config_from_json
+from pytriton_core.errors import (
+    InternalError,
+    InvalidArgumentError,
+    ServerError,
+    UnavailableError,
+)
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.tensor import Tensor
+from pytriton_core.logging_settings import LogControl
+from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
+from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.paths import check_model_name
+from pytriton_core.repository.manager import IndexEntry, ModelManager
+from pytriton_core.runtime.model import Model
+from pytriton_core.service.statistics_report import statistics_document
+from pytriton_core.tracing import RequestTrace, SettingChange, TraceManager
+
+# Triton's order (core/src/server.cc); listed only once their feature exists here.
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
+def parse_version(text: str | None) -> int:
+    """``""``/None → -1 (latest); otherwise a non-negative integer, as Triton requires."""
+    if not text:
+        return -1
+    if not text.isdigit():
+        raise InvalidArgumentError(
+            f"failed to get model version from specified version string '{text}' (details: stoll)"
+        )
+    return int(text)
+
+
+class InferenceService:
+    def __init__(
+        self,
+        options: ServerOptions,
+        manager: ModelManager,
+        shared_memory: SharedMemoryManager | None = None,
+        *,
+        tracer: TraceManager | None = None,
+        log_control: LogControl | None = None,
+    ) -> None:
+        self.options = options
+        self._manager = manager
+        self._tracer = tracer if tracer is not None else TraceManager(options.trace)
+        self._log_control = log_control if log_control is not None else LogControl(options.log)
+        # Client regions (system and CUDA shared memory), one registry for both front ends.
+        self._shared_memory = shared_memory or SharedMemoryManager(
+            allow_client=options.memory.allow_client_shm,
+            pinned_pool_byte_size=options.memory.pinned_memory_pool_byte_size,
+        )
+        self.live = False
+        self.exiting = False
+
+    def check_accepting(self) -> None:
+        """New inference requests are refused once the server is exiting."""
+        if self.exiting:
+            raise UnavailableError("Server exiting")
+
+    # ------------------------------------------------------------- health
+
+    def is_live(self) -> bool:
+        if self.exiting:
+            raise UnavailableError("Server exiting")
+        return self.live
+
+    def is_ready(self) -> bool:
+        if self.exiting:
+            raise UnavailableError("Server exiting")
+        if not self.live:
+            return False
+        return self._manager.is_ready() if self.options.strict_readiness else True
+
+    def is_model_ready(self, name: str, version: str | None) -> bool:
+        """False for a model or version that is unknown or not ready, as Triton answers."""
+        if self.exiting:
+            raise UnavailableError("Server exiting")
+        requested = parse_version(version)  # a malformed version string is an error
+        try:
+            self._manager.get(name, requested)
+        except ServerError:
+            return False
+        return True
+
+    # ----------------------------------------------------------- metadata
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.options.server_id,
+            "version": __version__,
+            "extensions": list(EXTENSIONS),
+        }
+
+    def model(self, name: str, version: str | None) -> Model:
+        return self._manager.get(name, parse_version(version))
+
+    def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        model = self.model(name, version)
+        versions = (
+            [str(model.version)]
+            if version
+            else [str(m.version) for m in self._manager.ready_versions(name)]
+        )
+        spec = model.spec
+
+        def tensors(declared: Mapping[str, TensorSpec]) -> list[dict[str, Any]]:
+            return [
+                {"name": t.name, "datatype": t.datatype.wire_name, "shape": spec.full_shape(t)}
+                for t in declared.values()
+            ]
+
+        return {
+            "name": model.name,
+            "versions": versions,
+            "platform": spec.reported_platform,
+            "inputs": tensors(spec.inputs),
+            "outputs": tensors(spec.outputs),
+        }
+
+    def model_config(self, name: str, version: str | None) -> Message:
+        """The validated config of a ready model version (the model configuration
+        extension): gRPC sends it as it is, HTTP as ``config_to_json_dict`` renders it."""
+        return self.model(name, version).config
+
+    # -------------------------------------------------------------- infer
+
+    def start_trace(self, model: Model) -> RequestTrace | None:
+        """A trace for a request to ``model`` when tracing samples it, else None."""
+        return self._tracer.sample(model.name)
+
+    def submit(self, model: Model, request: InferenceRequest) -> None:
+        """Queue a request; its responses go to ``request.on_response`` (gRPC streams).
+
+        When tracing samples the request (and the caller has not traced it already),
+        ``request.trace`` is set: the caller stamps its own stages on it and calls ``finish``
+        once the final response has left.
+        """
+        self.check_accepting()
+        if request.trace is None:
+            request.trace = self._tracer.sample(model.name)
+        model.submit(request)
+
+    async def infer(self, model: Model, request: InferenceRequest) -> InferenceResponse:
+        """Submit a request expecting exactly one response (HTTP /infer, gRPC ModelInfer)."""
+        self.check_accepting()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[InferenceResponse] = loop.create_future()
+        responses: list[InferenceResponse] = []
+
+        def collect(response: InferenceResponse | None, final: bool) -> None:
+            if response is not None:
+                responses.append(response)
+            if final and not done.done():
+                if len(responses) == 1:
+                    done.set_result(responses[0])
+                else:
+                    done.set_result(
+                        InferenceResponse.failed(
+                            InternalError(f"expected a single response, got {len(responses)}")
+                        )
+                    )
+
+        request.on_response = collect
+        self.submit(model, request)
+        return await done
+
+    # ---------------------------------------------------- model repository
+
+    def _require_explicit_mode(self) -> None:
+        if self.options.model_control_mode is not ModelControlMode.EXPLICIT:
+            raise UnavailableError(
+                "explicit model load / unload is not allowed if polling is enabled"
+            )
+
+    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+        """Every model the repositories hold, with each version's state (or only the
+        ready ones)."""
+        return self._manager.index(ready_only)
+
+    async def load_model(
+        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
+        self._require_explicit_mode()
+        check_model_name(name)
+        override = config_from_json(config) if config else None
+        await self._manager.load(name, override, files)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self._require_explicit_mode()
+        await self._manager.unload(name)
+
+    # --------------------------------------------------------- statistics
+
+    def statistics(self, name: str | None, version: str | None) -> dict[str, Any]:
+        if not name:
+            models = self._manager.all_ready()
+        else:
+            try:
+                parsed = parse_version(version)
+                models = (
+                    [self._manager.get(name, parsed)]
+                    if parsed >= 0
+                    else self._manager.ready_versions(name)
+                )
+            except InvalidArgumentError:
+                raise
+            except Exception:
+                if version:
+                    raise InvalidArgumentError(
+                        f"requested model version is not available for model '{name}'"
+                    ) from None
+                raise InvalidArgumentError(f"requested model '{name}' is not available") from None
+            if not models:
+                raise InvalidArgumentError(f"requested model '{name}' is not available")
+        return statistics_document(models)
+
+    # -------------------------------------------------------- trace settings
+
+    def trace_settings(self, model: str | None = None) -> dict[str, list[str] | str]:
+        """The global trace settings, or ``model``'s (which must be loaded)."""
+        self.check_trace_model(model)
+        return self._tracer.settings(model)
+
+    def update_trace_settings(
+        self, model: str | None, changes: Mapping[str, SettingChange]
+    ) -> dict[str, list[str] | str]:
+        """Apply ``changes`` (None clears a model's own value) and return the settings."""
+        self.check_trace_model(model)
+        return self._tracer.update(model, changes)
+
+    def check_trace_model(self, name: str | None) -> None:
+        """Model-scoped trace settings need the model loaded (Triton's error otherwise)."""
+        if name is not None:
+            try:
+                self._manager.get(name)
+            except ServerError:
+                raise InvalidArgumentError(f"Request for unknown model : {name}") from None
+
+    # ---------------------------------------------------------- log settings
+
+    def log_settings(self) -> dict[str, Any]:
+        return self._log_control.settings.to_json()
+
+    def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Apply already-validated values (``logging_settings.SETTABLE`` keys)."""
+        return self._log_control.update(changes).to_json()
+
+    # ------------------------------------------------- shared-memory settings
+
+    def require_client_shm(self) -> None:
+        """UNSUPPORTED unless clients may register regions (``--allow-client-shm``)."""
+        self._shared_memory.require_client_shm()
+
+    def require_cuda_shm(self, region: str) -> None:
+        """UNSUPPORTED on a server without GPU support for CUDA regions."""
+        self._shared_memory.require_gpu(region)
+
+    def shm_status(self, kind: str, region: str | None) -> list[dict[str, Any]]:
+        """The ``kind`` ("system" or "cuda") regions, or just ``region``."""
+        return self._shared_memory.status(kind, region)
+
+    def register_system_shm(self, region: str, key: str, offset: int, byte_size: int) -> None:
+        self._shared_memory.register_system(region, key, offset, byte_size)
+
+    def register_cuda_shm(
+        self, region: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        self._shared_memory.register_cuda(region, raw_handle, device_id, byte_size)
+
+    def unregister_shm(self, kind: str, region: str | None) -> None:
+        """Forget one region of ``kind`` or, with no name, all of them."""
+        self._shared_memory.unregister(kind, region)
+
+    # ------------------------------------------ shared memory of one request
+
+    def shm_input(
+        self,
+        ref: ShmReference,
+        datatype: types.DataType,
+        shape: list[int],
+        *,
+        input_name: str,
+        model_name: str,
+        request_id: str,
+    ) -> Tensor:
+        """An input tensor over a client's region (a view; no copy of host data)."""
+        return self._shared_memory.input_tensor(
+            ref,
+            datatype,
+            shape,
+            input_name=input_name,
+            model_name=model_name,
+            request_id=request_id,
+        )
+
+    def shm_output(self, output_name: str, ref: ShmReference) -> ShmOutput:
+        """Where an output goes, its range checked now, before the model runs."""
+        return self._shared_memory.output_target(output_name, ref)

@@ -1,0 +1,50 @@
+"""The statistics extension's document (``/v2/models[/{m}[/versions/{v}]]/stats``) for a
+list of loaded model versions, rendered from their ``ModelStatistics``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pytriton_core.inference.statistics import Duration, ModelStatistics
+from pytriton_core.runtime.model import Model
+
+
+def statistics_document(models: Iterable[Model]) -> dict[str, Any]:
+    return {"model_stats": [_model_stats(m) for m in models]}
+
+
+def _duration(d: Duration) -> dict[str, int]:
+    return {"count": d.count, "ns": d.ns}
+
+
+def _model_stats(model: Model) -> dict[str, Any]:
+    s: ModelStatistics = model.stats
+    return {
+        "name": model.name,
+        "version": str(model.version),
+        "last_inference": s.last_inference_ms,
+        "inference_count": s.inference_count,
+        "execution_count": s.execution_count,
+        "inference_stats": {
+            "success": _duration(s.success),
+            "fail": _duration(s.fail),
+            "queue": _duration(s.queue),
+            "compute_input": _duration(s.compute_input),
+            "compute_infer": _duration(s.compute_infer),
+            "compute_output": _duration(s.compute_output),
+            "cache_hit": _duration(s.cache_hit),
+            "cache_miss": _duration(s.cache_miss),
+        },
+        "response_stats": {},
+        "batch_stats": [
+            {
+                "batch_size": size,
+                "compute_input": _duration(b.compute_input),
+                "compute_infer": _duration(b.compute_infer),
+                "compute_output": _duration(b.compute_output),
+            }
+            for size, b in sorted(s.batch_stats.items())
+        ],
+        "memory_usage": [],
+    }
