@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from harness import ServerHandle, free_port, run_pytriton_server
+from harness import ServerHandle, free_port, memory_kib, run_pytriton_server, write_python_model
 from tritonclient.grpc import service_pb2
 
 from pytriton_core import Server
@@ -52,9 +52,7 @@ CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 2**31 - 1)]
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("grpc_security")
-    (root / "big" / "1").mkdir(parents=True)
-    (root / "big" / "config.pbtxt").write_text(CONFIG)
-    (root / "big" / "1" / "model.py").write_text(MODEL)
+    write_python_model(root, "big", CONFIG, MODEL)
     return root
 
 
@@ -81,13 +79,6 @@ def open_stream(url: str, count: int) -> tuple[grpc.Channel, Iterator[bytes], th
     return channel, stream(requests()), done
 
 
-def rss_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(field)
-
-
 SENT = 100  # 400 MiB of answers
 # The stated bound: the outbox (64 MiB), the requests in flight that may each answer as
 # much (64 MiB more), and slack for gRPC's copy of the message being written and the
@@ -101,11 +92,11 @@ def test_a_stream_client_that_reads_nothing_is_held_to_the_outbox_bound(
 ) -> None:
     with run_pytriton_server(repository) as server:
         pid = server.process.pid
-        baseline = rss_kib(pid, "VmRSS")
+        baseline = memory_kib(pid)
         channel, answers, done = open_stream(server.grpc_url, SENT)
         try:
             time.sleep(4.0)  # the server does what it will while nothing is read
-            peak = rss_kib(pid, "VmHWM")
+            peak = memory_kib(pid, "VmHWM")
             print(f"RSS: baseline {baseline} KiB, peak {peak} KiB, bound +{RSS_BOUND_KIB} KiB")
             assert peak - baseline < RSS_BOUND_KIB
             # Reading now, every answer comes, exact.

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from harness import ServerHandle, run_pytriton_server
+from harness import ServerHandle, memory_kib, run_pytriton_server, write_python_model
 
 IDENTITY_CONFIG = """
 name: "identity"
@@ -65,20 +65,12 @@ class TritonPythonModel:
 LARGE_ELEMENTS = 15 << 20
 
 
-def write_repository(root: Path) -> Path:
-    for name, config, source in (
-        ("identity", IDENTITY_CONFIG, IDENTITY_MODEL),
-        ("large", LARGE_CONFIG, LARGE_MODEL),
-    ):
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(config)
-        (root / name / "1" / "model.py").write_text(source)
-    return root
-
-
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_repository(tmp_path_factory.mktemp("http_security"))
+    root = tmp_path_factory.mktemp("http_security")
+    write_python_model(root, "identity", IDENTITY_CONFIG, IDENTITY_MODEL)
+    write_python_model(root, "large", LARGE_CONFIG, LARGE_MODEL)
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -174,13 +166,6 @@ def test_an_upgrade_offer_with_a_body_is_answered(server: ServerHandle) -> None:
 # ------------------------------------------------------------- flow control
 
 
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} for {pid}")
-
-
 def binary_infer_request(values: np.ndarray, *, gzip_body: bool) -> bytes:
     header = json.dumps(
         {
@@ -223,13 +208,13 @@ def test_a_pipelining_client_that_reads_nothing_stays_within_the_rss_bound(
     with run_pytriton_server(repository) as server:
         pid = server.process.pid
         identity_answer_is_exact(server)
-        baseline = rss_kib(pid)
+        baseline = memory_kib(pid)
         with socket.create_connection(address(server), timeout=60) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
             sock.sendall(request * PIPELINED)  # about 24 KiB each: all of it is sent
             time.sleep(3.0)  # the server does what it will while nothing is read
             identity_answer_is_exact(server)  # other clients are served meanwhile
-            peak = rss_kib(pid, "VmHWM")
+            peak = memory_kib(pid, "VmHWM")
             print(f"RSS: baseline {baseline} KiB, peak {peak} KiB, bound +{RSS_BOUND_KIB} KiB")
             assert peak - baseline < RSS_BOUND_KIB
             # Once the client reads, every answer comes, exact and in order.

@@ -6,7 +6,6 @@ server is alive and another client's answers are exact."""
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import ServerHandle, run_pytriton_server
+from harness import ServerHandle, http_exchange, run_pytriton_server
 from ops_models import VERSIONED_MODEL, write_model
 from tritonclient.utils import InferenceServerException
 
@@ -81,15 +80,11 @@ def assert_unharmed(client: httpclient.InferenceServerClient, sandbox: Path) -> 
     assert sorted(os.listdir(sandbox / "tmp")) == []
 
 
-def raw_request(server: ServerHandle, method: str, path: str, body: bytes = b"") -> tuple:
-    host, port = server.http_url.split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        connection.request(method, path, body=body)
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+def raw_request(
+    server: ServerHandle, method: str, path: str, body: bytes = b""
+) -> tuple[int, bytes]:
+    status, _, answer = http_exchange(server, method, path, body)
+    return status, answer
 
 
 # ------------------------------------------------------------------ model names

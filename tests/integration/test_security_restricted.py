@@ -3,7 +3,6 @@ messages, compared with the real Triton where it is installed."""
 
 from __future__ import annotations
 
-import http.client
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from harness import ServerHandle, run_pytriton_server, run_real_triton
+from harness import ServerHandle, http_exchange, run_pytriton_server, run_real_triton
 from ops_models import write_model
 from tritonclient.utils import InferenceServerException
 
@@ -61,14 +60,7 @@ def server(repository: Path) -> Iterator[ServerHandle]:
 def http_answer(
     server: ServerHandle, method: str, path: str, headers: dict[str, str], body: bytes
 ) -> tuple[int, str | None, bytes]:
-    host, port = server.http_url.rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        connection.request(method, path, body=body, headers=headers)
-        response = connection.getresponse()
-        return response.status, response.getheader("Content-Type"), response.read()
-    finally:
-        connection.close()
+    return http_exchange(server, method, path, body, headers)
 
 
 def grpc_answers(server: ServerHandle) -> list[str]:

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from harness import ServerHandle, run_pytriton_server
+from harness import ServerHandle, run_pytriton_server, write_python_model
 from tritonclient.utils import InferenceServerException
 
 # OUTPUT0 = INPUT0 + 1. For more than one element, execute first writes
@@ -67,9 +67,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, gate: Path) -> Iterator[ServerHandle]:
     root = tmp_path_factory.mktemp("shm_security")
-    (root / "gated" / "1").mkdir(parents=True)
-    (root / "gated" / "config.pbtxt").write_text(GATED_CONFIG % gate)
-    (root / "gated" / "1" / "model.py").write_text(GATED_MODEL)
+    write_python_model(root, "gated", GATED_CONFIG % gate, GATED_MODEL)
     with run_pytriton_server(root, "--allow-client-shm=true") as handle:
         yield handle
 
@@ -132,7 +130,10 @@ def test_a_thousand_regions_leave_the_descriptor_count_flat(server: ServerHandle
     small_infer_is_exact(server)
 
 
-def run_in_background(call) -> tuple[threading.Thread, list[object]]:  # type: ignore[no-untyped-def]
+def shrunk_while_running(call: Callable[[], object], region: Region, gate: Path) -> object:
+    """Run ``call`` (a request that uses ``region``) in a thread, shrink the region's object
+    to nothing once the request is inside the model, let the model go on, and return what
+    the call answered (or raised)."""
     outcome: list[object] = []
 
     def target() -> None:
@@ -143,17 +144,17 @@ def run_in_background(call) -> tuple[threading.Thread, list[object]]:  # type: i
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
-    return thread, outcome
-
-
-def wait_until_running(gate: Path) -> None:
-    """Until the gated request is inside the model, holding its input."""
     started = gate.with_name(gate.name + ".started")
     deadline = time.monotonic() + 60
     while not started.exists():
         assert time.monotonic() < deadline, "the gated request never reached the model"
         time.sleep(0.01)
     started.unlink()
+    shrink(region.key, 0)  # while the model runs, before it reads
+    gate.touch()
+    thread.join(timeout=60)
+    (answer,) = outcome
+    return answer
 
 
 def test_an_input_shrunk_under_a_request_fails_it_and_the_server_lives(
@@ -167,12 +168,7 @@ def test_an_input_shrunk_under_a_request_fails_it_and_the_server_lives(
             shm.set_shared_memory_region(region.handle, [values])
             tensor = grpcclient.InferInput("INPUT0", [ELEMENTS], "FP32")
             tensor.set_shared_memory(region.name, values.nbytes)
-            thread, outcome = run_in_background(lambda: client.infer("gated", [tensor]))
-            wait_until_running(gate)
-            shrink(region.key, 0)  # while the model holds a view of it
-            gate.touch()
-            thread.join(timeout=60)
-            (answer,) = outcome
+            answer = shrunk_while_running(lambda: client.infer("gated", [tensor]), region, gate)
             assert isinstance(answer, InferenceServerException), answer
             assert "was truncated by its client" in str(answer.message())
             small_infer_is_exact(server)
@@ -208,14 +204,9 @@ def test_an_output_region_shrunk_under_a_request_fails_it_and_the_server_lives(
                 tensor.set_data_from_numpy(values, binary_data=True)
                 output = httpclient.InferRequestedOutput("OUTPUT0")
                 output.set_shared_memory(region.name, values.nbytes)
-                thread, outcome = run_in_background(
-                    lambda: client.infer("gated", [tensor], outputs=[output])
+                answer = shrunk_while_running(
+                    lambda: client.infer("gated", [tensor], outputs=[output]), region, gate
                 )
-                wait_until_running(gate)
-                shrink(region.key, 0)
-                gate.touch()
-                thread.join(timeout=60)
-                (answer,) = outcome
                 assert isinstance(answer, InferenceServerException), answer
                 assert "was truncated by its client" in str(answer.message())
                 small_infer_is_exact(server)
