@@ -4,6 +4,14 @@ Ownership: ``enqueue`` takes the request; from then on the scheduler owns it unt
 instance takes it in a batch from ``next_batch`` (or the scheduler fails it, e.g. on a
 queue timeout). ``next_batch`` is called by the worker thread of each model instance and
 blocks; every idle instance pulls, so work goes to whichever instance is free first.
+
+Cancellation: when a queued request is cancelled (``InferenceRequest.cancel``), the model
+calls ``cancel`` on the event loop. A scheduler that still holds the request removes it and
+returns True; the model then answers it CANCELLED and counts the failure with reason
+CANCELED. A request already handed to an instance is the backend's to notice (it polls
+``request.cancelled``). A scheduler that cancels other requests because of this one (the
+sequence batcher: the rest of the sequence) answers those through its reject callback with
+a ``CancelledError``, which the model counts the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def stop(self, instance_count: int) -> None:
         """Wake every blocked instance with None (call after the queue has drained)."""
+
+    @abc.abstractmethod
+    def cancel(self, request: InferenceRequest) -> bool:
+        """Remove a cancelled request if it still waits here (True), else False; called on
+        the event loop, while instances may be pulling."""
 
     @abc.abstractmethod
     def pending_count(self) -> int:

@@ -171,8 +171,9 @@ class InferStream:
     def _close(self) -> None:
         """The stream is over: drop the unsent answers, cancel what is still running."""
         self._closed = True
-        for request in self._in_flight:  # the client went away, or the stream failed
-            request.cancelled = True
+        # The client went away, or the stream failed: nobody reads what is left.
+        for request in list(self._in_flight):
+            request.cancel()
         while not self._outbox.empty():
             self._outbox.get_nowait()
         self._queued_bytes = 0
