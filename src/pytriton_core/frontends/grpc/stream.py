@@ -9,9 +9,9 @@ order of completion. A request that fails, before or inside a model, is answered
 
 Flow control: the reader takes no further request while the answers waiting to be written
 exceed ``MAX_QUEUED_BYTES``, or while the requests in flight would exceed that much again
-if each answered as much as the largest answer so far (at least ``MIN_IN_FLIGHT`` and at
-most ``MAX_IN_FLIGHT`` requests), so a client that sends and never reads holds the server
-to about twice ``MAX_QUEUED_BYTES``. When the stream ends (the client went
+if each answered as much as the largest answer so far (``MIN_IN_FLIGHT`` until the first
+answer, then between that and ``MAX_IN_FLIGHT``), so a client that sends and never reads
+holds the server to about twice ``MAX_QUEUED_BYTES`` and what its requests in flight hold. When the stream ends (the client went
 away, or cancelled), the unsent answers are dropped and every request lets go of the stream
 (no reference cycle keeps it, or its answers, until a garbage collection).
 """
@@ -161,8 +161,10 @@ class InferStream:
         self._update_room()
 
     def _update_room(self) -> None:
-        in_flight_limit = MAX_QUEUED_BYTES // max(self._largest_answer, 1)
-        in_flight_limit = min(max(in_flight_limit, MIN_IN_FLIGHT), MAX_IN_FLIGHT)
+        in_flight_limit = MIN_IN_FLIGHT  # until the first answer shows what one costs
+        if self._largest_answer:
+            in_flight_limit = MAX_QUEUED_BYTES // self._largest_answer
+            in_flight_limit = min(max(in_flight_limit, MIN_IN_FLIGHT), MAX_IN_FLIGHT)
         if self._queued_bytes <= MAX_QUEUED_BYTES and len(self._in_flight) < in_flight_limit:
             self._room.set()
         else:
