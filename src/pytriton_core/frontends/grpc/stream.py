@@ -11,9 +11,10 @@ Flow control: the reader takes no further request while the answers waiting to b
 exceed ``MAX_QUEUED_BYTES``, or while the requests in flight would exceed that much again
 if each answered as much as the largest answer so far (``MIN_IN_FLIGHT`` until the first
 answer, then between that and ``MAX_IN_FLIGHT``), so a client that sends and never reads
-holds the server to about twice ``MAX_QUEUED_BYTES`` and what its requests in flight hold. When the stream ends (the client went
-away, or cancelled), the unsent answers are dropped and every request lets go of the stream
-(no reference cycle keeps it, or its answers, until a garbage collection).
+holds the server to about twice ``MAX_QUEUED_BYTES`` and what its requests in flight hold.
+When the stream ends (the client went away, or cancelled), the unsent answers are dropped
+and every request lets go of the stream (no reference cycle keeps it, or its answers, until
+a garbage collection).
 """
 
 from __future__ import annotations
