@@ -16,7 +16,6 @@ from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import InternalError, ServerError, UnavailableError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.options import ModelControlMode, ServerOptions
-from pytriton_core.paths import check_model_name
 
 if TYPE_CHECKING:
     from pytriton_core.repository.manager import ModelManager
@@ -60,7 +59,6 @@ class InProcessCalls:
 
     def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
         self._require_explicit_mode()
-        check_model_name(name)  # model code is a client too: the API edge's rule
         self._run(self._manager.load(name, config_json or None, files or None))
 
     def unload_model(self, name: str, unload_dependents: bool) -> None:
