@@ -58,6 +58,12 @@ class InferenceRequest:
     queue_start_ns: int = 0
     cancelled: bool = False
     final_sent: bool = False
+    # The sequence batcher's filler for an idle slot of a batch (READY false): executed,
+    # never answered, not counted as an inference.
+    padding: bool = False
+    # Set by a backend when the model released the request with RELEASE_RESCHEDULE: the
+    # scheduler queues it again (iterative sequences) instead of completing it.
+    reschedule: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
 
     def output_names(self, model_outputs: list[str]) -> list[str]:

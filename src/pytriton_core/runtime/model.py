@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 
 from pytriton_core.backends.base import BackendModel, InstanceSpec
 from pytriton_core.config.spec import ModelSpec
-from pytriton_core.errors import ErrorCode, ServerError, UnavailableError
+from pytriton_core.errors import ErrorCode, InvalidArgumentError, ServerError, UnavailableError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
@@ -27,7 +27,7 @@ from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
 from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
-from pytriton_core.scheduling import create_scheduler
+from pytriton_core.scheduling import Requeued, Retained, create_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Model:
         self.stats = stats if stats is not None else ModelStatistics()
         self._loop = loop
         self._backend_model = backend_model
-        self._scheduler = create_scheduler(spec, self._reject_threadsafe)
+        self._scheduler = create_scheduler(spec, self._reject_threadsafe, model_dir)
         self._instances: list[ModelInstance] = []
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
@@ -85,8 +85,9 @@ class Model:
         """Create the instances (blocking: call from a worker thread, not the loop)."""
         scheduler = self._scheduler
         warmup = warmup_samples(self.spec, self.model_dir)
+        scheduler.start(len(instance_specs))
         try:
-            for instance_spec in instance_specs:
+            for index, instance_spec in enumerate(instance_specs):
                 instance = ModelInstance(
                     instance_spec,
                     self._backend_model,
@@ -94,12 +95,13 @@ class Model:
                     self._batch_done,
                     self._loop.call_soon_threadsafe,
                     warmup,
+                    index,
                 )
                 instance.start()
                 self._instances.append(instance)
         except BaseException:
             # One instance failed: release those already running before the load fails.
-            scheduler.stop(len(self._instances))
+            scheduler.stop(len(instance_specs))
             self._join_and_finalize()
             raise
         self.state = ModelState.READY
@@ -121,6 +123,10 @@ class Model:
             self._observe_first_response(request)
         try:
             self._scheduler.enqueue(request)
+        except InvalidArgumentError:
+            # A request the scheduler finds malformed (a sequence without START...) failed
+            # validation, which Triton neither counts nor prefixes with the request id.
+            raise
         except ServerError as exc:
             self.stats.record_request_failure(
                 request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
@@ -177,9 +183,10 @@ class Model:
 
     def _finish_rejected(self, request: InferenceRequest, error: ServerError) -> None:
         self._in_flight -= 1
-        self.stats.record_request_failure(
-            request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
+        reason = (
+            FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.REJECTED
         )
+        self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns(), reason)
         self._release(request, InferenceResponse.failed(error.with_request_id(request.id)))
         self._signal_if_drained()
 
@@ -188,7 +195,11 @@ class Model:
         batch: list[InferenceRequest],
         responses: Sequence[InferenceResponse | None] | ServerError,
         timing: ComputeTiming,
+        retained: Retained,
     ) -> None:
+        """An execution finished. Fillers of idle sequence slots (``padding``) count in
+        the batch size only; a request the scheduler re-queued (``Requeued``) counts its
+        execution but stays in flight."""
         stats = self.stats
         end_ns = time.monotonic_ns()
         for request in batch:
@@ -204,17 +215,33 @@ class Model:
                 else FailureReason.BACKEND
             )
             for request in batch:
+                if request.padding:
+                    continue
                 self._in_flight -= 1
                 stats.record_request_failure(request.arrival_ns, end_ns, reason)
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
             return
-        stats.record_execution(sum(r.batch_size for r in batch), timing)
-        for request, response in zip(batch, responses, strict=True):
-            self._in_flight -= 1
+        inferences = sum(r.batch_size for r in batch if not r.padding)
+        stats.record_execution(sum(r.batch_size for r in batch), timing, inferences)
+        for index, (request, response) in enumerate(zip(batch, responses, strict=True)):
+            if request.padding:
+                continue
             # An error the model answered with still counts as a successful execution, as
-            # Triton counts it; so does a request answered through its response sender.
+            # Triton counts it; so does a request answered through its response sender, and
+            # each execution of a request the model rescheduled.
+            kept = retained.get(index)
+            if isinstance(kept, Requeued):
+                stats.record_request_success(
+                    request.arrival_ns, kept.queue_start_ns, timing, end_ns
+                )
+                continue  # queued again: not finished
             stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
+            if kept is not None:
+                # A reschedule that could not be honoured: the request fails, as in Triton.
+                stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
+                response = InferenceResponse.failed(kept)
+            self._in_flight -= 1
             if response is None:  # answered through its response sender
                 if self._release_order is not None:
                     self._release_order.remove(request)

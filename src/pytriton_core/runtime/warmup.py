@@ -28,7 +28,7 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import Tensor
-from pytriton_core.inference.tensor_data import array_from_bytes
+from pytriton_core.inference.tensor_data import array_from_bytes, zeros
 
 WARMUP_DIR = "warmup"
 # How long a decoupled model may take to send the final response of a warm-up request.
@@ -63,7 +63,8 @@ def warmup_samples(spec: ModelSpec, model_dir: Path) -> list[WarmupSample]:
             )
         inputs = {}
         for input_name, data in setting.inputs.items():
-            declared = spec.inputs.get(input_name)
+            # Sequence models' samples carry the control (and state) inputs themselves.
+            declared = spec.model_inputs.get(input_name)
             if declared is None:
                 raise ModelConfigError(f"{where}: the model has no input '{input_name}'")
             tensor = _sample_tensor(input_name, data, max_batch_size > 0, model_dir, where)
@@ -107,7 +108,7 @@ def _sample_tensor(
     elif data.random_data:
         array = _random(datatype, shape)
     elif data.zero_data:
-        array = _zeros(datatype, shape)
+        array = zeros(datatype, shape)
     else:
         raise ModelConfigError(
             f"{where}: input '{name}' sets none of zero_data, random_data, input_data_file"
@@ -115,20 +116,12 @@ def _sample_tensor(
     return Tensor(name, datatype, array)
 
 
-def _zeros(datatype: types.DataType, shape: list[int]) -> np.ndarray:
-    if datatype.is_bytes:
-        array = np.empty(shape, dtype=np.object_)
-        array.fill(b"")
-        return array
-    return np.zeros(shape, dtype=datatype.numpy_dtype)
-
-
 def _random(datatype: types.DataType, shape: list[int]) -> np.ndarray:
     rng = np.random.default_rng()
     dtype = datatype.numpy_dtype
     if datatype.is_bytes:
         # As Triton does, random BYTES elements are empty strings.
-        return _zeros(datatype, shape)
+        return zeros(datatype, shape)
     if dtype.kind == "b":
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if dtype.kind in ("i", "u"):

@@ -16,7 +16,7 @@ class DefaultScheduler(Scheduler):
     def enqueue(self, request: InferenceRequest) -> None:
         self._queue.put(request)
 
-    def next_batch(self) -> list[InferenceRequest] | None:
+    def next_batch(self, instance: int = 0) -> list[InferenceRequest] | None:
         request = self._queue.get()
         return None if request is None else [request]
 

@@ -13,15 +13,25 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from pytriton_core.config.spec import ModelSpec, QueuePolicy
+from pytriton_core.config.spec import ModelSpec, QueuePolicy, TensorSpec
 from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.scheduling.base import Scheduler
 
 RejectRequest = Callable[[InferenceRequest, ServerError], None]
+
+
+def shape_checked_inputs(tensors: Iterable[TensorSpec]) -> frozenset[str]:
+    """Inputs whose shapes must agree across a batch (Triton's enforce_equal_shape_tensors):
+    shape tensors and inputs with a variable dim, unless they allow ragged batching."""
+    return frozenset(
+        tensor.name
+        for tensor in tensors
+        if (-1 in tensor.dims or tensor.is_shape_tensor) and not tensor.allow_ragged_batch
+    )
 
 
 @dataclass(frozen=True)
@@ -47,12 +57,7 @@ class BatchingSettings:
             level: overrides.get(level, batching.default_queue_policy)
             for level in range(1, max(levels, 1) + 1)
         }
-        # Inputs with a variable dim must match across a batch unless ragged batching is on.
-        checked = frozenset(
-            tensor.name
-            for tensor in spec.inputs.values()
-            if (-1 in tensor.dims or tensor.is_shape_tensor) and not tensor.allow_ragged_batch
-        )
+        checked = shape_checked_inputs(spec.inputs.values())
         return cls(
             max_batch_size=max(1, spec.max_batch_size),
             preferred_batch_sizes=frozenset(batching.preferred_batch_sizes),
@@ -123,7 +128,7 @@ class DynamicBatchScheduler(Scheduler):
             if deadline:
                 self._deadline_cond.notify()
 
-    def next_batch(self) -> list[InferenceRequest] | None:
+    def next_batch(self, instance: int = 0) -> list[InferenceRequest] | None:
         with self._cond:
             while not self._stopping:
                 now = time.monotonic_ns()
