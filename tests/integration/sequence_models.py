@@ -24,6 +24,9 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+from harness import REPO_ROOT
+
+SEQUENCE_EXAMPLES = REPO_ROOT / "examples" / "sequence_models"
 
 CONTROLS = """
   control_input [
@@ -115,20 +118,8 @@ class TritonPythonModel:
         return responses
 """
 
-STATE_PYTHON = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
-            total = pb_utils.get_input_tensor_by_name(request, "SUM_IN").as_numpy() + value
-            outputs = [pb_utils.Tensor("OUTPUT", total), pb_utils.Tensor("SUM_OUT", total)]
-            responses.append(pb_utils.InferenceResponse(outputs))
-        return responses
-"""
+# The documented example's model (its config there starts from zero; this one from a file).
+STATE_PYTHON = (SEQUENCE_EXAMPLES / "accumulate_state" / "1" / "model.py").read_text()
 
 ITERATIVE = '''
 import numpy as np
