@@ -16,6 +16,8 @@
 * ``iterative_decoupled``, ``iterative``: iterative sequences; the model reschedules the
   request until its countdown reaches 0 (decoupled: one response per execution).
 * ``reschedule_plain``: a model without sequences that asks for a reschedule.
+* ``spin_sequence``: streaming_models' spin model (it holds its one slot for ``hold_ms``)
+  as a sequence model without batching: one slot, so a second sequence waits in the backlog.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from harness import REPO_ROOT
+from streaming_models import SPIN_CONFIG, SPIN_MODEL, write
 
 SEQUENCE_EXAMPLES = REPO_ROOT / "examples" / "sequence_models"
 
@@ -326,3 +329,6 @@ def write_repository(repository: Path) -> None:
         'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
     )
     _python_model(repository, "reschedule_plain", plain, RESCHEDULE_ONCE)
+    spin = "sequence_batching { max_sequence_idle_microseconds: 60000000 }"
+    config = SPIN_CONFIG.format(name="spin_sequence", max_batch_size=0, extra=spin)
+    write(repository, "spin_sequence", config, SPIN_MODEL)

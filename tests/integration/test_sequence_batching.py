@@ -22,6 +22,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
 from harness import ServerHandle, run_pytriton_server, run_real_triton
 from sequence_models import ACCUMULATOR_MODELS, IDLE_US, INITIAL_SUM, write_repository
+from streaming_models import marker_events
 from tritonclient.utils import InferenceServerException
 
 SELF_CHECK = os.environ.get("SEQUENCE_SELF_CHECK") == "1"
@@ -490,6 +492,56 @@ def test_implicit_state_of_interleaved_sequences(server: ServerHandle, model: st
     initial = INITIAL_SUM if model == "state_python" else 0
     for correlation_id, sums in asyncio.run(scenario()).items():
         assert sums == [initial + int(s) for s in np.cumsum(_sequence(correlation_id, 5))]
+
+
+# ----------------------------------------------------------------------------- cancellation
+
+
+def test_cancelling_a_queued_request_cancels_the_rest_of_its_sequence(
+    server: ServerHandle, tmp_path: Path
+) -> None:
+    """Sequence 41 holds the only slot; its next two requests queue behind it, sequence 42
+    waits in the backlog. Cancelling one queued request of each cancels all that is
+    pending of both sequences, which are then over."""
+    marker = tmp_path / "holder.log"
+    outcomes: queue.Queue[tuple[str, Any]] = queue.Queue()
+    tensor = grpcclient.InferInput("INPUT0", [2], "FP32")
+    tensor.set_data_from_numpy(np.ones([2], np.float32))
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+
+        def send(tag: str, correlation_id: int, hold_ms: int, **kwargs: Any) -> Any:
+            return client.async_infer(
+                "spin_sequence",
+                [tensor],
+                callback=lambda result, error: outcomes.put((tag, error)),
+                sequence_id=correlation_id,
+                parameters={"hold_ms": hold_ms, "marker": str(marker)},
+                **kwargs,
+            )
+
+        send("holder", 41, 1500, sequence_start=True)
+        deadline = time.monotonic() + 30
+        while "started" not in marker_events(marker):
+            assert time.monotonic() < deadline, "the holding request never started"
+            time.sleep(0.01)
+        queued = send("queued", 41, 0)
+        send("follower", 41, 0)
+        backlogged = send("backlogged", 42, 0, sequence_start=True)
+        send("backlog follower", 42, 0)
+        time.sleep(0.2)  # they reach the batcher
+        queued.cancel()
+        backlogged.cancel()
+        outcome = dict(outcomes.get(timeout=30) for _ in range(5))
+        assert outcome.pop("holder") is None
+        assert {tag: str(error.status()) for tag, error in outcome.items()} == dict.fromkeys(
+            outcome, "StatusCode.CANCELLED"
+        )
+        for correlation_id in (41, 42):
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer("spin_sequence", [tensor], sequence_id=correlation_id)
+            assert caught.value.message() == START_ERROR.format(
+                id=correlation_id, model="spin_sequence"
+            )
 
 
 # --------------------------------------------------------------------- iterative sequences

@@ -4,6 +4,12 @@ A request yields a stream of zero or more responses ending with a final flag; th
 one-response case is the common special case. Responses are always delivered on the
 server's event loop through ``on_response``; threads hand them over with
 ``send_threadsafe`` (batched by the instance in the common case).
+
+Cancellation (a client that went away, a gRPC deadline, a BLS caller's ``cancel()``) goes
+through ``cancel`` on the event loop, ``cancel_threadsafe`` from any other thread. It sets
+``cancelled`` at once, so a backend polling it (a Python model's ``is_cancelled()``) sees
+it, and runs the hooks registered with ``on_cancel``: the model's scheduler drops the
+request if it still waits in a queue and answers it CANCELLED.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ SEQUENCE_END = 2
 
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 """Called on the event loop with (response or None for a flag-only completion, final)."""
+CancelHook = Callable[[], None]
+"""Called once, on the event loop, when the request is cancelled."""
 
 
 @dataclass(slots=True)
@@ -56,7 +64,6 @@ class InferenceRequest:
     batch_size: int = 1
     arrival_ns: int = field(default_factory=time.monotonic_ns)
     queue_start_ns: int = 0
-    cancelled: bool = False
     final_sent: bool = False
     # The sequence batcher's filler for an idle slot of a batch (READY false): executed,
     # never answered, not counted as an inference.
@@ -65,6 +72,47 @@ class InferenceRequest:
     # scheduler queues it again (iterative sequences) instead of completing it.
     reschedule: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
+    # Read through ``cancelled``; set only by ``cancel`` so that the hooks run.
+    _cancelled: bool = field(default=False, init=False, repr=False)
+    _cancel_hooks: list[CancelHook] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the request is cancelled; safe to poll from any thread."""
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Cancel the request; call on the event loop (idempotent). The hooks run here, once
+        each, in the order they were registered. A request cancelled before it is
+        submitted is refused when it is."""
+        if not self._cancelled:
+            self._cancelled = True
+            self._run_cancel_hooks()
+
+    def cancel_threadsafe(self) -> None:
+        """``cancel`` from any thread: ``cancelled`` turns true at once, the hooks run on
+        the event loop soon after."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        if self.loop is not None:  # submitted: hooks may be registered
+            self.loop.call_soon_threadsafe(self._run_cancel_hooks)
+
+    def on_cancel(self, hook: CancelHook) -> None:
+        """Run ``hook`` on the event loop when the request is cancelled (at once if it
+        already is); call on the event loop. Hooks are dropped once the final response
+        is delivered."""
+        if self._cancelled:
+            hook()
+        elif self._cancel_hooks is None:
+            self._cancel_hooks = [hook]
+        else:
+            self._cancel_hooks.append(hook)
+
+    def _run_cancel_hooks(self) -> None:
+        hooks, self._cancel_hooks = self._cancel_hooks, None
+        for hook in hooks or ():
+            hook()
 
     def output_names(self, model_outputs: list[str]) -> list[str]:
         """The names to return, in the model's order when the client named none."""
@@ -77,6 +125,8 @@ class InferenceRequest:
         if self.final_sent:
             return
         self.final_sent = final
+        if final:
+            self._cancel_hooks = None  # nothing left to cancel; what they hold can go
         if self.trace is not None:
             self._trace_delivery(self.trace, response, final)
         if self.on_response is not None:

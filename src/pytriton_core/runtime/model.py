@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from collections import deque
@@ -19,7 +20,13 @@ from google.protobuf.message import Message
 
 from pytriton_core.backends.base import BackendModel, InstanceSpec
 from pytriton_core.config.spec import ModelSpec
-from pytriton_core.errors import ErrorCode, InvalidArgumentError, ServerError, UnavailableError
+from pytriton_core.errors import (
+    CancelledError,
+    ErrorCode,
+    InvalidArgumentError,
+    ServerError,
+    UnavailableError,
+)
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
@@ -30,6 +37,11 @@ from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import Requeued, Retained, create_scheduler
 
 log = logging.getLogger(__name__)
+
+# Triton answers a request cancelled in the queue with CANCELLED and no message; a message
+# here keeps it an error where an empty one would read as success (a stream's
+# ``error_message``).
+CANCELLED_MESSAGE = "Request was cancelled"
 
 
 class ModelState(enum.Enum):
@@ -115,6 +127,8 @@ class Model:
             )
         # Triton counts no statistics for a request that fails validation.
         validate_request(request, self.spec)
+        if request.cancelled:  # its client went away before it got here
+            raise CancelledError(CANCELLED_MESSAGE).with_request_id(request.id)
         request.loop = self._loop
         request.queue_start_ns = time.monotonic_ns()
         if request.trace is not None:
@@ -135,6 +149,7 @@ class Model:
         self._in_flight += 1
         if self._release_order is not None:
             self._release_order.append(request)
+        request.on_cancel(functools.partial(self._cancel_queued, request))
 
     @property
     def in_flight(self) -> int:
@@ -177,11 +192,18 @@ class Model:
 
         request.on_response = observed
 
+    def _cancel_queued(self, request: InferenceRequest) -> None:
+        """A request was cancelled: if it still waits in the queue it never runs, and is
+        answered CANCELLED (on the next loop turn, not inside its canceller's call)."""
+        if self._scheduler.cancel(request):
+            self._loop.call_soon(self._finish_rejected, request, CancelledError(CANCELLED_MESSAGE))
+
     def _reject_threadsafe(self, request: InferenceRequest, error: ServerError) -> None:
         """The scheduler gave up on a queued request (e.g. its queue timeout expired)."""
         self._loop.call_soon_threadsafe(self._finish_rejected, request, error)
 
     def _finish_rejected(self, request: InferenceRequest, error: ServerError) -> None:
+        """A queued request leaves without running: queue timeout (REJECTED) or cancelled."""
         self._in_flight -= 1
         reason = (
             FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.REJECTED
@@ -300,7 +322,7 @@ class Model:
             self._drained = asyncio.Event()
             try:
                 await asyncio.wait_for(self._drained.wait(), timeout_s)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
                 log.warning("model %s: %d requests still in flight", self.name, self._in_flight)
         self._scheduler.stop(len(self._instances))
         # At least a moment for the instances to see the stop, even past the deadline.

@@ -8,6 +8,14 @@ blocks; every idle instance pulls, so work goes to whichever instance is free fi
 needs to know which instance asks). After executing a batch the same worker thread calls
 ``completed`` before it asks for the next one: a scheduler that keeps per-sequence state
 or re-queues requests does it there, in execution order.
+
+Cancellation: when a queued request is cancelled (``InferenceRequest.cancel``), the model
+calls ``cancel`` on the event loop. A scheduler that still holds the request removes it and
+returns True; the model then answers it CANCELLED and counts the failure with reason
+CANCELED. A request already handed to an instance is the backend's to notice (it polls
+``request.cancelled``). A scheduler that cancels other requests because of this one (the
+sequence batcher: the rest of the sequence) answers those through its reject callback with
+a ``CancelledError``, which the model counts the same way.
 """
 
 from __future__ import annotations
@@ -73,6 +81,11 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def stop(self, instance_count: int) -> None:
         """Wake every blocked instance with None (call after the queue has drained)."""
+
+    @abc.abstractmethod
+    def cancel(self, request: InferenceRequest) -> bool:
+        """Remove a cancelled request if it still waits here (True), else False; called on
+        the event loop, while instances may be pulling."""
 
     @abc.abstractmethod
     def pending_count(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import threading
 
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.scheduling.base import Scheduler
@@ -12,17 +13,34 @@ class DefaultScheduler(Scheduler):
     def __init__(self) -> None:
         # SimpleQueue: a C queue whose put wakes exactly one blocked worker thread.
         self._queue: queue.SimpleQueue[InferenceRequest | None] = queue.SimpleQueue()
+        # The requests still waiting, by identity: an instance takes a request only if it
+        # is still here, so a cancelled one (removed by ``cancel``) is skipped, never run.
+        self._waiting: set[InferenceRequest] = set()
+        self._lock = threading.Lock()
 
     def enqueue(self, request: InferenceRequest) -> None:
+        with self._lock:
+            self._waiting.add(request)
         self._queue.put(request)
 
     def next_batch(self, instance: int = 0) -> list[InferenceRequest] | None:
-        request = self._queue.get()
-        return None if request is None else [request]
+        while (request := self._queue.get()) is not None:
+            with self._lock:
+                if request in self._waiting:
+                    self._waiting.remove(request)
+                    return [request]
+        return None
+
+    def cancel(self, request: InferenceRequest) -> bool:
+        with self._lock:
+            if request not in self._waiting:
+                return False
+            self._waiting.remove(request)
+            return True
 
     def stop(self, instance_count: int) -> None:
         for _ in range(instance_count):
             self._queue.put(None)
 
     def pending_count(self) -> int:
-        return self._queue.qsize()
+        return len(self._waiting)

@@ -142,6 +142,20 @@ class DynamicBatchScheduler(Scheduler):
                 self._cond.wait(None if wait_ns is None else wait_ns / 1e9)
             return None
 
+    def cancel(self, request: InferenceRequest) -> bool:
+        with self._cond:
+            for level in self._levels:
+                for queue in (level.waiting, level.delayed):
+                    for entry in queue:
+                        if entry.request is request:
+                            queue.remove(entry)
+                            self._count -= 1
+                            # The batch an idle instance waits to complete may have lost
+                            # its head: let it look again.
+                            self._cond.notify()
+                            return True
+        return False
+
     def stop(self, instance_count: int) -> None:
         with self._cond:
             self._stopping = True

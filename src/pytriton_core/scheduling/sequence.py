@@ -61,6 +61,8 @@ from pytriton_core.scheduling.sequence_state import SequenceStates, state_templa
 
 log = logging.getLogger(__name__)
 
+# What a request cancelled with the rest of its sequence is answered (the model's wording).
+CANCELLED_MESSAGE = "Request was cancelled"
 # How soon the reaper looks again at an idle sequence that waits in the backlog (Triton's).
 BACKLOG_IDLE_RECHECK_NS = 50_000_000
 
@@ -265,11 +267,31 @@ class SequenceBatchScheduler(Scheduler):
         heapq.heappush(self._free, ref)
         return None
 
+    def forget(self, correlation_id: CorrelationId, ref: SlotRef) -> None:
+        if self._slot_of.get(correlation_id) == ref:
+            del self._slot_of[correlation_id]
+            self._last_seen_ns.pop(correlation_id, None)
+
+    def cancel(self, request: InferenceRequest) -> bool:
+        """A cancelled request still waiting leaves, and so does the rest of its sequence
+        (Triton cancels all of a sequence's pending requests)."""
+        with self.lock:
+            for backlog in self._backlogs:
+                if any(item is request for item in backlog.queue):
+                    self._backlogs.remove(backlog)
+                    if self._backlog_of.get(request.correlation_id) is backlog:
+                        del self._backlog_of[request.correlation_id]
+                    self._last_seen_ns.pop(request.correlation_id, None)
+                    backlog.queue.remove(request)
+                    self._cancel(backlog.queue)
+                    return True
+            return any(batcher.cancel(request) for batcher in self._batchers)
+
     def _cancel(self, queue: deque[SlotItem]) -> None:
         while queue:
             item = queue.popleft()
             if isinstance(item, InferenceRequest):
-                self._reject(item, CancelledError("Request was cancelled"))
+                self._reject(item, CancelledError(CANCELLED_MESSAGE))
 
     def prepare(
         self, request: InferenceRequest, states: list[SequenceStates | None], slot: int

@@ -85,6 +85,9 @@ class SlotOwner(Protocol):
     ) -> InferenceRequest:
         """A not-ready request shaped like ``representative``, for an idle slot."""
 
+    def forget(self, correlation_id: CorrelationId, ref: SlotRef) -> None:
+        """The sequence in ``ref`` is over (cancelled): later requests need a new START."""
+
 
 class InstanceBatcher(Protocol):
     states: list[SequenceStates | None]
@@ -96,6 +99,8 @@ class InstanceBatcher(Protocol):
     def executed(self, batch: Sequence[InferenceRequest]) -> list[tuple[int, Issued]]: ...
 
     def advance(self, slot: int) -> None: ...
+
+    def cancel(self, request: InferenceRequest) -> bool: ...
 
     def stop(self) -> None: ...
 
@@ -223,6 +228,19 @@ class DirectBatcher:
     def advance(self, slot: int) -> None:
         """Nothing to hand on: the next batch takes whatever is queued."""
 
+    def cancel(self, request: InferenceRequest) -> bool:
+        """Drop a cancelled request still queued, and with it the rest of its sequence
+        (answered CANCELLED by the release); the slot goes to the next sequence."""
+        for slot, queue in enumerate(self._queues):
+            if any(item is request for item in queue):
+                queue.remove(request)
+                ref = SlotRef(slot, self._instance)
+                self._owner.forget(request.correlation_id, ref)
+                self._holders[slot] = self._owner.release_slot(ref, queue)
+                self._cond.notify()
+                return True
+        return False
+
     def stop(self) -> None:
         self._cond.notify_all()
 
@@ -293,6 +311,33 @@ class OldestBatcher:
             for index, request in enumerate(batch)
             if id(request) in slots
         ]
+
+    def cancel(self, request: InferenceRequest) -> bool:
+        """Drop a cancelled request still waiting (in its slot, or in the dynamic batcher)
+        and the rest of its sequence; a request already executing is the model's to see."""
+        for slot, queue in enumerate(self._queues):
+            issued = self._in_flight[slot]
+            queued = any(item is request for item in queue)
+            if not queued and (issued is None or issued.request is not request):
+                continue
+            if issued is not None and not self._dynamic.cancel(issued.request):
+                if not queued:
+                    return False  # executing
+                issued = None  # an earlier request of the sequence is executing
+            if queued:
+                queue.remove(request)
+            ref = SlotRef(slot, self._instance)
+            owner = self._owner
+            owner.forget(request.correlation_id, ref)
+            if issued is not None:
+                self._in_flight[slot] = None
+                if issued.request is not request:
+                    queue.appendleft(issued.request)  # cancelled with the rest
+            holder = owner.release_slot(ref, queue)
+            if holder is not None and self._in_flight[slot] is None:
+                self.advance(slot)
+            return True
+        return False
 
     def stop(self) -> None:
         self._dynamic.stop(1)

@@ -139,11 +139,12 @@ def _initial_data(
             )
         raw = raw[:expected]  # Triton takes the first bytes of a larger file
     try:
-        return array_from_bytes(
+        data = array_from_bytes(
             raw, datatype, shape, input_name=name, model_name=spec.name, request_id=""
-        ).copy()
+        )
     except ServerError as exc:
         raise fail(f"initial_state data_file '{initial.data_file}': {exc.message}") from None
+    return np.array(data)  # its own memory, not a view of the file's bytes
 
 
 @dataclass(slots=True)

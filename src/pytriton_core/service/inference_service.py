@@ -194,7 +194,11 @@ class InferenceService:
 
         request.on_response = collect
         self.submit(model, request)
-        return await done
+        try:
+            return await done
+        except asyncio.CancelledError:  # the caller went away (a gRPC cancel or deadline)
+            request.cancel()
+            raise
 
     # ---------------------------------------------------- model repository
 

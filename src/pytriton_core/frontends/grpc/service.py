@@ -8,7 +8,6 @@ ServerErrors; ``answering_errors`` turns them into the gRPC status their code ma
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
@@ -134,11 +133,8 @@ class GrpcInferenceService(SharedMemoryRpcs):
         received_ns = time.monotonic_ns()
         message, raw = read_request(data)
         decoded = decode_infer_request(self._service, message, raw, unary=True)
-        try:
-            response = await self._service.infer(decoded.model, decoded.request)
-        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
-            decoded.request.cancelled = True
-            raise
+        # A client's cancel or deadline cancels this task; ``infer`` cancels the request.
+        response = await self._service.infer(decoded.model, decoded.request)
         trace = decoded.request.trace
         if trace is not None:
             # grpc.aio hands over the whole message and sends the answer itself: the read is

@@ -56,8 +56,9 @@ class InferStream:
                 await self._context.write(message)
         finally:
             reader.cancel()
-            for request in self._in_flight:  # the client went away, or the stream failed
-                request.cancelled = True
+            # The client went away, or the stream failed: nobody reads what is left.
+            for request in list(self._in_flight):
+                request.cancel()
         if self._failure is not None:
             failure = self._failure
             await self._context.abort(grpc.StatusCode[failure.grpc_status_name], failure.message)
