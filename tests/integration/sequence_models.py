@@ -13,6 +13,8 @@
 * ``state_python``, ``state_onnx``: a running sum kept as implicit state, which the server
   carries (Python: the initial sum comes from ``initial_state/start.bin``; ONNX: a graph whose
   state output is its state input plus the input).
+* ``state_pytorch``, ``state_openvino``: the same loop without a START control, in
+  TorchScript and in OpenVINO IR (written only where torch and openvino are installed).
 * ``iterative_decoupled``, ``iterative``: iterative sequences; the model reschedules the
   request until its countdown reaches 0 (decoupled: one response per execution).
 * ``reschedule_plain``: a model without sequences that asks for a reschedule.
@@ -246,6 +248,68 @@ def _state_onnx(path: Path) -> None:
     onnx.save(model, str(path))
 
 
+def _state_pytorch(path: Path) -> None:
+    import torch
+
+    class StateLoop(torch.nn.Module):
+        def forward(
+            self, INPUT: torch.Tensor, SUM_IN: torch.Tensor
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            total = SUM_IN + INPUT
+            return total, total
+
+    torch.jit.script(StateLoop()).save(str(path))
+
+
+def _state_openvino(path: Path) -> None:
+    import onnx
+    import openvino as ov
+    from onnx import TensorProto, helper
+
+    def tensor(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 1])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["SUM_IN", "INPUT"], ["SUM_OUT"]),
+            helper.make_node("Identity", ["SUM_OUT"], ["OUTPUT"]),
+        ],
+        "state_loop",
+        [tensor("INPUT"), tensor("SUM_IN")],
+        [tensor("OUTPUT"), tensor("SUM_OUT")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx_path = path.with_suffix(".onnx")
+    onnx.save(model, str(onnx_path))
+    ov.save_model(ov.convert_model(str(onnx_path)), str(path))
+    onnx_path.unlink()
+
+
+FRAMEWORK_STATE_MODELS = {
+    "state_pytorch": ("pytorch", "model.pt", _state_pytorch),
+    "state_openvino": ("openvino", "model.xml", _state_openvino),
+}
+
+
+def _framework_state_models(repository: Path, state_io: str, state: str) -> None:
+    for name, (backend, filename, write_model) in FRAMEWORK_STATE_MODELS.items():
+        try:
+            __import__("torch" if backend == "pytorch" else "openvino")
+        except ImportError:
+            continue
+        folder = repository / name
+        (folder / "1").mkdir(parents=True)
+        (folder / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "{backend}"\n'
+            + state_io
+            + "sequence_batching {\n"
+            + state
+            + "}\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"
+        )
+        write_model(folder / "1" / filename)
+
+
 def write_repository(repository: Path) -> None:
     """Every model of the test, in ``repository``."""
     for name in ACCUMULATOR_MODELS:
@@ -319,6 +383,7 @@ def write_repository(repository: Path) -> None:
         + "}\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"
     )
     _state_onnx(onnx_folder / "1" / "model.onnx")
+    _framework_state_models(repository, state_io, STATE % zero)
 
     decoupled = "model_transaction_policy { decoupled: true }\n"
     _python_model(repository, "iterative_decoupled", ITERATIVE_IO + decoupled, ITERATIVE)

@@ -19,6 +19,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,7 +33,13 @@ import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
 from harness import ServerHandle, run_pytriton_server, run_real_triton
-from sequence_models import ACCUMULATOR_MODELS, IDLE_US, INITIAL_SUM, write_repository
+from sequence_models import (
+    ACCUMULATOR_MODELS,
+    FRAMEWORK_STATE_MODELS,
+    IDLE_US,
+    INITIAL_SUM,
+    write_repository,
+)
 from streaming_models import marker_events
 from tritonclient.utils import InferenceServerException
 
@@ -45,11 +52,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     repository = tmp_path_factory.mktemp("sequence_models")
     write_repository(repository)
     if SELF_CHECK:
-        # The real Triton here has no ONNX Runtime backend.
-        for path in repository.glob("*onnx*"):
-            import shutil
-
-            shutil.rmtree(path)
+        # The real Triton here has no ONNX Runtime, PyTorch or OpenVINO backend.
+        for name in ("state_onnx", *FRAMEWORK_STATE_MODELS):
+            shutil.rmtree(repository / name, ignore_errors=True)
         with run_real_triton(repository, metrics=True) as handle:
             yield handle
     else:
@@ -452,10 +457,15 @@ def _sums(
 
 
 @ours_only  # Triton 2.51's Python backend passes the initial state every time
-@pytest.mark.parametrize(("model", "initial"), [("state_python", INITIAL_SUM), ("state_onnx", 0)])
+@pytest.mark.parametrize(
+    ("model", "initial"),
+    [("state_python", INITIAL_SUM), ("state_onnx", 0), ("state_pytorch", 0), ("state_openvino", 0)],
+)
 def test_implicit_state_is_carried_and_reset_at_start(
     client_and_module: Any, model: str, initial: int
 ) -> None:
+    if model in FRAMEWORK_STATE_MODELS:
+        pytest.importorskip("torch" if model == "state_pytorch" else "openvino")
     client, module = client_and_module
     values = [3, 4, -2, 10]
     expected = [initial + int(s) for s in np.cumsum(values)]
