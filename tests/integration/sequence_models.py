@@ -90,7 +90,8 @@ class TritonPythonModel:
         self.sums[corrid] += int(value("INPUT"))
         total = self.sums.pop(corrid) if end else self.sums[corrid]
         return pb_utils.InferenceResponse([
-            pb_utils.Tensor("OUTPUT", np.array([[total]], np.int32)),
+            # Wrapped to int32, as the model's type would (perf_analyzer sends random data).
+            pb_utils.Tensor("OUTPUT", np.array([[total]], np.int64).astype(np.int32)),
             pb_utils.Tensor("INSTANCE", np.array([[self.instance.encode()]], np.object_)),
             pb_utils.Tensor("BATCH", np.array([[count]], np.int32)),
         ])

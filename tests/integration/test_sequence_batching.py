@@ -20,6 +20,7 @@ import os
 import queue
 import re
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
-from harness import ServerHandle, run_pytriton_server, run_real_triton
+from harness import ServerHandle, find_perf_analyzer, run_pytriton_server, run_real_triton
 from sequence_models import (
     ACCUMULATOR_MODELS,
     FRAMEWORK_STATE_MODELS,
@@ -615,3 +616,30 @@ def test_reschedule_without_iterative_sequence_is_an_error(client_and_module: An
         "sequence_batching { iterative_sequence: true }, which model 'reschedule_plain' does "
         "not set",
     )
+
+
+# -------------------------------------------------------------------------- perf_analyzer
+
+
+@pytest.mark.perf_analyzer
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_runs_sequences(server: ServerHandle, protocol: str) -> None:
+    """perf_analyzer sends sequences of 10 (START, then END on the last) with IDs from a
+    range, four at a time; any error response (the accumulator fails a request that
+    breaks a sequence rule) makes it exit non-zero."""
+    perf_analyzer = find_perf_analyzer()
+    if perf_analyzer is None:
+        pytest.skip("perf_analyzer not found: run tools/install-perf-analyzer.sh")
+    url = server.http_url if protocol == "http" else server.grpc_url
+    command = [
+        str(perf_analyzer),
+        *("-m", "acc_direct_2", "-u", url, "-i", protocol),
+        *("--sequence-length", "10", "--sequence-id-range", "100000:200000"),
+        *("--concurrency-range", "4", "-s", "1000", "-r", "10"),
+        *("--measurement-mode", "count_windows", "--measurement-request-count", "100"),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert not re.search(r"error|fail", output, re.IGNORECASE), output
+    assert re.search(r"Concurrency: 4, throughput: [1-9]", output), output
