@@ -1,14 +1,16 @@
-"""Triton's own sequence client examples, run unchanged against examples/sequence_models.
+"""examples/sequence_models with the clients that document them.
 
-The examples live in Triton's client repository (``src/python/examples``), which this
-project does not carry: set ``TRITON_CLIENT_REPO`` to a clone (a work tree, or a bare git
-directory) to run them; the test is skipped otherwise. test_sequence_batching.py checks the
-same behaviour with the project's own client code.
+Triton's own sequence client examples run unchanged against it. They live in Triton's client
+repository (``src/python/examples``), which this project does not carry: set
+``TRITON_CLIENT_REPO`` to a clone (a work tree, or a bare git directory) to run them; those
+tests are skipped otherwise (test_sequence_batching.py checks the same behaviour with the
+project's own client code). The client example of docs/sequence-batching.md always runs.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -42,10 +44,19 @@ def _example_source(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerHandle]:
-    if not CLIENT_REPO:
-        pytest.skip("set TRITON_CLIENT_REPO to a clone of Triton's client repository")
     with run_pytriton_server(REPO_ROOT / "examples" / "sequence_models") as handle:
         yield handle
+
+
+def test_the_documented_client_example(
+    server: ServerHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (REPO_ROOT / "docs" / "sequence-batching.md").read_text()
+    example = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    example = example.replace('"localhost:8000"', f'"{server.http_url}"')
+    exec(compile(example, "docs/sequence-batching.md", "exec"), {"__name__": "__doc_example__"})
+    printed = capsys.readouterr().out.split()
+    assert printed == ["[[11]]", "[[18]]", "[[23]]", "[[26]]"]
 
 
 @pytest.mark.parametrize("dyna", [False, True], ids=["simple", "dyna"])
@@ -53,6 +64,8 @@ def server() -> Iterator[ServerHandle]:
 def test_triton_sequence_example(
     server: ServerHandle, example: str, dyna: bool, tmp_path: Path
 ) -> None:
+    if not CLIENT_REPO:
+        pytest.skip("set TRITON_CLIENT_REPO to a clone of Triton's client repository")
     script = tmp_path / example
     script.write_text(_example_source(example))
     url = server.http_url if EXAMPLES[example] == "http" else server.grpc_url

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytriton_core import types
 from pytriton_core.config.spec import ModelSpec, OldestStrategy, QueuePolicy
 from pytriton_core.errors import (
     CancelledError,
@@ -63,6 +64,8 @@ log = logging.getLogger(__name__)
 
 # What a request cancelled with the rest of its sequence is answered (the model's wording).
 CANCELLED_MESSAGE = "Request was cancelled"
+# How many distinct filler input shapes are kept for reuse.
+FILLER_SHAPES_KEPT = 64
 # How soon the reaper looks again at an idle sequence that waits in the backlog (Triton's).
 BACKLOG_IDLE_RECHECK_NS = 50_000_000
 
@@ -94,6 +97,8 @@ class SequenceBatchScheduler(Scheduler):
         self._spec = spec
         self._reject = reject
         self.controls = ControlTensors(spec)
+        self._filler_controls = self.controls.for_filler()
+        self._filler_inputs: dict[tuple[str, str, tuple[int, ...]], Tensor] = {}
         self._templates = state_templates(spec, model_dir)
         self._idle_ns = sequence.max_sequence_idle_us * 1000
         self._iterative = sequence.iterative_sequence
@@ -312,11 +317,11 @@ class SequenceBatchScheduler(Scheduler):
     ) -> InferenceRequest:
         declared = self._spec.inputs
         inputs = {
-            name: Tensor(name, tensor.datatype, zeros(tensor.datatype, tensor.shape))
+            name: self._zeros(name, tensor.datatype, tensor.shape)
             for name, tensor in representative.inputs.items()
             if name in declared
         }
-        inputs.update(self.controls.for_filler())
+        inputs.update(self._filler_controls)
         if states is not None:
             inputs.update(states.filler_inputs())
         return InferenceRequest(
@@ -328,6 +333,19 @@ class SequenceBatchScheduler(Scheduler):
             queue_start_ns=representative.queue_start_ns,
             padding=True,
         )
+
+    def _zeros(self, name: str, datatype: types.DataType, shape: tuple[int, ...]) -> Tensor:
+        """A read-only tensor of zeros, made once per name, type and shape (fillers are
+        made for every idle slot of every batch)."""
+        key = (name, datatype.wire_name, shape)
+        tensor = self._filler_inputs.get(key)
+        if tensor is None:
+            data = zeros(datatype, shape)
+            data.flags.writeable = False
+            tensor = Tensor(name, datatype, data)
+            if len(self._filler_inputs) < FILLER_SHAPES_KEPT:  # variable dims: not unbounded
+                self._filler_inputs[key] = tensor
+        return tensor
 
     # -------------------------------------------------------------- execution
 
