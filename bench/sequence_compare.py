@@ -6,7 +6,8 @@
 One run, one machine: both servers run at once (an idle one costs next to nothing) and the
 measurements alternate between them, cell by cell, ``--rounds`` times, so that load coming
 and going on a shared machine hits both alike; a cell's figure is the median of its rounds.
-Each server serves the same two Python models of examples/sequence_models:
+Each server serves the same two Python models of examples/sequence_models (with
+``max_sequence_idle_microseconds`` raised to a minute, see ``_long_idle``):
 
 * ``simple_sequence``: the direct strategy, one instance, 8 slots; OUTPUT = (INPUT + START)
   * READY, so every execution is one batch of the slots that have a request;
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -45,8 +47,9 @@ class Cell:
     model: str
     protocol: str
     concurrency: int
-    throughput: float  # infer/s
-    latency_us: int  # client average
+    throughput: float  # infer/s, the median of the rounds
+    latency_us: int  # client average, the median of the rounds
+    rounds: tuple[float, ...] = ()  # each round's throughput, in order
 
 
 def measure(
@@ -77,6 +80,29 @@ def measure(
     raise RuntimeError(f"perf_analyzer failed ({result.returncode}); see {log}")
 
 
+IDLE_US = 60_000_000
+
+
+def _long_idle(config: Path) -> None:
+    """A minute of idleness before a sequence is released: on a loaded machine a client can
+    stall for more than the default second between two requests of a sequence (the real
+    Triton then fails the sequence's next request), which says nothing about the batcher."""
+    text = config.read_text()
+    if "max_sequence_idle_microseconds" in text:
+        text = re.sub(
+            r"max_sequence_idle_microseconds: \d+",
+            f"max_sequence_idle_microseconds: {IDLE_US}",
+            text,
+        )
+    else:
+        text = text.replace(
+            "sequence_batching {",
+            f"sequence_batching {{\n  max_sequence_idle_microseconds: {IDLE_US}",
+            1,
+        )
+    config.write_text(text)
+
+
 def run(
     servers: list[str], concurrencies: list[int], window_ms: int, rounds: int, out: Path
 ) -> list[Cell]:
@@ -91,6 +117,7 @@ def run(
             repository / model,
             ignore=shutil.ignore_patterns("__pycache__"),
         )
+        _long_idle(repository / model / "config.pbtxt")
     cells: list[Cell] = []
     try:
         with contextlib.ExitStack() as stack:
@@ -122,8 +149,11 @@ def run(
                         for server in servers:
                             throughput = statistics.median(t for t, _ in runs[server])
                             latency = int(statistics.median(lat for _, lat in runs[server]))
+                            each = tuple(t for t, _ in runs[server])
                             cells.append(
-                                Cell(server, model, protocol, concurrency, throughput, latency)
+                                Cell(
+                                    server, model, protocol, concurrency, throughput, latency, each
+                                )
                             )
                             print(
                                 f"{server:6} {model:20} {protocol:4} c={concurrency}: "
@@ -133,6 +163,12 @@ def run(
     finally:
         shutil.rmtree(repository, ignore_errors=True)
     return cells
+
+
+def round_ratio(ours: Cell, theirs: Cell) -> float:
+    """The median of the per-round ratios: round i of ours ran right before round i of the
+    real Triton, so load that comes and goes cancels out of each ratio."""
+    return statistics.median(a / b for a, b in zip(ours.rounds, theirs.rounds, strict=True))
 
 
 def report(cells: list[Cell]) -> str:
@@ -152,7 +188,7 @@ def report(cells: list[Cell]) -> str:
         for c in cells
     ]
     if len(servers) == 2:
-        lines += ["", "## pytriton-core / real Triton (throughput ratio)", ""]
+        lines += ["", "## pytriton-core / real Triton (throughput, median of per-round ratios)", ""]
         lines += ["| model | protocol | " + " | ".join(f"c={n}" for n in concurrencies) + " |"]
         lines += ["|---|---|" + "---|" * len(concurrencies)]
         for model in MODELS:
@@ -161,7 +197,7 @@ def report(cells: list[Cell]) -> str:
                 for n in concurrencies:
                     ours = by.get(("ours", model, protocol, n))
                     theirs = by.get(("triton", model, protocol, n))
-                    ratio = ours.throughput / theirs.throughput if ours and theirs else None
+                    ratio = round_ratio(ours, theirs) if ours and theirs else None
                     row.append("-" if ratio is None else f"{ratio:.2f}")
                 lines.append(f"| {model} | {protocol} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
@@ -172,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", default="ours,triton", help="ours,triton (comma list)")
     parser.add_argument("--concurrency", default="1,8", help="comma list (default 1,8)")
     parser.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer -p")
-    parser.add_argument("--rounds", type=int, default=3, help="measurements per cell and server")
+    parser.add_argument("--rounds", type=int, default=5, help="measurements per cell and server")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-results" / "sequence")
     args = parser.parse_args(argv)
     servers = [s for s in args.servers.split(",") if s]

@@ -170,6 +170,36 @@ def test_idle_sequence_releases_its_slot() -> None:
         harness.stop()
 
 
+def test_a_backlogged_sequence_times_out() -> None:
+    """A request's ``timeout`` bounds how long its sequence waits in the backlog."""
+    harness = Harness(_spec("direct { } " + CONTROLS, 1))
+    try:
+        harness.send(1, 10, SEQUENCE_START)
+        harness.run()
+        waiting = InferenceRequest(
+            model_name="m",
+            inputs={
+                "INPUT": Tensor("INPUT", types.BY_WIRE_NAME["INT32"], np.ones([1, 1], np.int32))
+            },
+            correlation_id=2,
+            flags=SEQUENCE_START,
+            timeout_us=50_000,
+        )
+        harness.scheduler.enqueue(waiting)
+        deadline = time.monotonic() + 10
+        while not harness.rejected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ((request, error),) = harness.rejected
+        assert request is waiting
+        assert (error.code.value, error.message) == (
+            "UNAVAILABLE",
+            "timeout of the corresponding sequence has been expired",
+        )
+        assert harness.scheduler.pending_count() == 0
+    finally:
+        harness.stop()
+
+
 STATE = """
 control_input [
   { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }

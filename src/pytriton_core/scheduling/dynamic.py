@@ -74,6 +74,9 @@ class BatchingSettings:
 class _Entry:
     request: InferenceRequest
     deadline_ns: int  # 0: no queue timeout
+    # When it entered this batcher (Triton's batcher start): the delay counts from here. The
+    # oldest-strategy sequence batcher hands a request on long after it was queued.
+    since_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -122,7 +125,7 @@ class DynamicBatchScheduler(Scheduler):
         with self._cond:
             if policy.max_queue_size and len(queue) >= policy.max_queue_size:
                 raise UnavailableError("Exceeds maximum queue size")
-            queue.waiting.append(_Entry(request, deadline))
+            queue.waiting.append(_Entry(request, deadline, time.monotonic_ns()))
             self._count += 1
             self._cond.notify()
             if deadline:
@@ -246,7 +249,7 @@ class DynamicBatchScheduler(Scheduler):
                 break
         if not chosen:
             return [], self._next_deadline_in(now)
-        waited = now - chosen[0][1].request.queue_start_ns
+        waited = now - chosen[0][1].since_ns
         delay = settings.max_queue_delay_ns
         delay_over = delay != 0 and waited >= delay  # no delay: never "over", as in Triton
         if preferred_len and not delay_over:
