@@ -66,8 +66,6 @@ log = logging.getLogger(__name__)
 CANCELLED_MESSAGE = "Request was cancelled"
 # How many distinct filler input shapes are kept for reuse.
 FILLER_SHAPES_KEPT = 64
-# How soon the reaper looks again at an idle sequence that waits in the backlog (Triton's).
-BACKLOG_IDLE_RECHECK_NS = 50_000_000
 
 
 @dataclass(slots=True, eq=False)
@@ -210,7 +208,11 @@ class SequenceBatchScheduler(Scheduler):
         now = time.monotonic_ns()
         if not self._last_seen_ns:
             self._reaper_cond.notify()  # the reaper sleeps while there is nothing to watch
-        self._last_seen_ns[correlation_id] = now
+        # Re-inserted, so the dict stays in last-seen order and the reaper looks only at its
+        # head; an ended sequence has nothing left to release.
+        self._last_seen_ns.pop(correlation_id, None)
+        if not end:
+            self._last_seen_ns[correlation_id] = now
         if start and (slot is not None or backlog is not None):
             log.warning(
                 "sequence %s for model '%s' has a conflict. The previous sequence did not end "
@@ -264,6 +266,10 @@ class SequenceBatchScheduler(Scheduler):
                 self._backlog_of.pop(correlation_id, None)
                 if not cancelled:
                     self._slot_of[correlation_id] = ref
+                    # Idle time counts from when the sequence got its slot (waiting in the
+                    # backlog is not idleness).
+                    self._last_seen_ns.pop(correlation_id, None)
+                    self._last_seen_ns[correlation_id] = time.monotonic_ns()
             if cancelled:
                 self._cancel(backlog.queue)
                 continue
@@ -424,24 +430,25 @@ class SequenceBatchScheduler(Scheduler):
                 self._reaper_cond.wait(None if wait_ns is None else wait_ns / 1e9)
 
     def _release_idle(self, now: int) -> int | None:
+        """Release the sequences idle too long; returns when the next one would be. The dict
+        is in last-seen order, so only its head is looked at."""
+        idle: list[CorrelationId] = []
         wait: int | None = None
-        for correlation_id, seen in list(self._last_seen_ns.items()):
+        for correlation_id, seen in self._last_seen_ns.items():
             remaining = self._idle_ns - (now - seen)
             if remaining > 0:
-                wait = _sooner(wait, remaining)
-                continue
+                wait = remaining
+                break
+            idle.append(correlation_id)
+        for correlation_id in idle:
+            del self._last_seen_ns[correlation_id]
             slot = self._slot_of.pop(correlation_id, None)
             if slot is not None:
                 log.debug(
                     "sequence %s of model '%s' idle: slot released", correlation_id, self._spec.name
                 )
-                del self._last_seen_ns[correlation_id]
                 self._batchers[slot.instance].enqueue(slot.slot, correlation_id, RELEASE)
-            elif correlation_id in self._backlog_of:
-                # Still waiting for a slot: look again soon.
-                wait = _sooner(wait, BACKLOG_IDLE_RECHECK_NS)
-            else:
-                del self._last_seen_ns[correlation_id]
+            # A sequence still in the backlog is watched again once it has a slot.
         return wait
 
     def _expire_backlogs(self, now: int) -> int | None:
