@@ -226,24 +226,27 @@ def _python_model(repository: Path, name: str, config: str, code: str) -> None:
     (folder / "1" / "model.py").write_text(textwrap.dedent(code))
 
 
-def _state_onnx(path: Path) -> None:
-    """SUM_OUT = SUM_IN + INPUT; OUTPUT = SUM_OUT (a state loop the server closes)."""
+def _state_onnx(path: Path, *, start_input: bool = True) -> None:
+    """SUM_OUT = SUM_IN + INPUT; OUTPUT = SUM_OUT (a state loop the server closes).
+
+    ``start_input``: a START input the graph does not use (the batcher feeds it all the same).
+    """
     import onnx
     from onnx import TensorProto, helper
 
     def tensor(name: str) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 1])
 
+    inputs = ["INPUT", "SUM_IN", *(["START"] if start_input else [])]
     graph = helper.make_graph(
         [
             helper.make_node("Add", ["SUM_IN", "INPUT"], ["SUM_OUT"]),
             helper.make_node("Identity", ["SUM_OUT"], ["OUTPUT"]),
         ],
         "state_loop",
-        [tensor("INPUT"), tensor("SUM_IN"), tensor("START")],
+        [tensor(name) for name in inputs],
         [tensor("OUTPUT"), tensor("SUM_OUT")],
     )
-    # START is an input the graph does not use: the batcher feeds it all the same.
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -263,26 +266,11 @@ def _state_pytorch(path: Path) -> None:
 
 
 def _state_openvino(path: Path) -> None:
-    import onnx
+    """The ONNX state loop (without START, which OpenVINO would drop) as OpenVINO IR."""
     import openvino as ov
-    from onnx import TensorProto, helper
 
-    def tensor(name: str) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 1])
-
-    graph = helper.make_graph(
-        [
-            helper.make_node("Add", ["SUM_IN", "INPUT"], ["SUM_OUT"]),
-            helper.make_node("Identity", ["SUM_OUT"], ["OUTPUT"]),
-        ],
-        "state_loop",
-        [tensor("INPUT"), tensor("SUM_IN")],
-        [tensor("OUTPUT"), tensor("SUM_OUT")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
     onnx_path = path.with_suffix(".onnx")
-    onnx.save(model, str(onnx_path))
+    _state_onnx(onnx_path, start_input=False)
     ov.save_model(ov.convert_model(str(onnx_path)), str(path))
     onnx_path.unlink()
 
