@@ -205,8 +205,8 @@ def test_initial_state_from_a_file_in_the_model_folder(tmp_path: Path) -> None:
         (
             'initial_state { name: "s" data_type: TYPE_INT32 dims: [ 2 ] '
             'data_file: "../../escape.bin" }',
-            "initial_state data_file '../../escape.bin' of state input 'S' is outside the "
-            "model's initial_state folder",
+            "initial_state data_file '../../escape.bin' of state input 'S' with normalized "
+            "path '{tmp}/escape.bin' must stay within the model directory",
         ),
         (
             'initial_state { name: "s" data_type: TYPE_INT32 dims: [ 2 ] data_file: "short.bin" }',
@@ -235,7 +235,7 @@ def test_initial_state_errors(tmp_path: Path, initial: str, message: str) -> Non
     (tmp_path / "escape.bin").write_bytes(bytes(8))
     with pytest.raises(ModelConfigError) as caught:
         _templates(_state(initial), tmp_path)
-    assert str(caught.value) == f"model 'm': {message}"
+    assert str(caught.value) == f"model 'm': {message.format(tmp=tmp_path)}"
 
 
 # ---------------------------------------------------------- fields the server does not implement

@@ -29,6 +29,7 @@ from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.inference.tensor_data import array_from_bytes, zeros
 from pytriton_core.memory.device import DeviceArray, cupy_module
+from pytriton_core.paths import PathEscapeError, confined_path
 
 INITIAL_STATE_DIR = "initial_state"
 
@@ -118,14 +119,16 @@ def _initial_data(
         raise fail(f"initial_state setting expects state'{name}' to have state_data set")
     if model_dir is None:
         raise fail(f"initial_state data_file '{initial.data_file}' needs the model's folder")
-    folder = (model_dir / INITIAL_STATE_DIR).resolve()
-    path = (folder / initial.data_file).resolve()
-    # The file must stay inside the model's initial_state folder (no absolute paths or ..).
-    if not path.is_relative_to(folder):
-        raise fail(
-            f"initial_state data_file '{initial.data_file}' of state input '{name}' is "
-            f"outside the model's {INITIAL_STATE_DIR} folder"
+    try:
+        # The server's one rule for paths a config names: inside the model's folder.
+        path = confined_path(
+            model_dir,
+            INITIAL_STATE_DIR,
+            initial.data_file,
+            what=f"initial_state data_file '{initial.data_file}' of state input '{name}'",
         )
+    except PathEscapeError as exc:
+        raise fail(exc.message) from None
     try:
         raw = path.read_bytes()
     except OSError as exc:
