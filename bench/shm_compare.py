@@ -81,7 +81,7 @@ def _free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in sockets]
 
 
-def _ready(http_port: int, model: str = MODEL) -> bool:
+def _ready(http_port: int, model: str) -> bool:
     connection = http.client.HTTPConnection(LOOPBACK, http_port, timeout=2)
     try:
         connection.request("GET", f"/v2/models/{model}/ready")

@@ -37,6 +37,7 @@ from pytriton_core.tracing import RequestTrace, SettingChange, TraceManager
 # Triton's order (core/src/server.cc); listed only once their feature exists here.
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",
