@@ -142,6 +142,50 @@ output [
 instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
 """
 
+# Non-decoupled, for the generate mapping: text_output echoes text_input, ivec_out the
+# optional ivec (INT32 [-1]), fmat_out the optional fmat (FP32 [2, -1]), and params is the
+# JSON of the request parameters the model received.
+ECHO_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+            ivec = pb_utils.get_input_tensor_by_name(request, "ivec")
+            fmat = pb_utils.get_input_tensor_by_name(request, "fmat")
+            outputs = [
+                pb_utils.Tensor("text_output", text.astype(np.object_)),
+                pb_utils.Tensor("params", np.array([request.parameters().encode()], np.object_)),
+            ]
+            if ivec is not None:
+                outputs.append(pb_utils.Tensor("ivec_out", ivec.as_numpy()))
+            if fmat is not None:
+                outputs.append(pb_utils.Tensor("fmat_out", fmat.as_numpy()))
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+
+ECHO_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [
+  {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "ivec" data_type: TYPE_INT32 dims: [ -1 ] optional: true }},
+  {{ name: "fmat" data_type: TYPE_FP32 dims: [ 2, -1 ] optional: true }}
+]
+output [
+  {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "params" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "ivec_out" data_type: TYPE_INT32 dims: [ -1 ] }},
+  {{ name: "fmat_out" data_type: TYPE_FP32 dims: [ 2, -1 ] }}
+]
+"""
+
 # Non-decoupled: OUT is "mib" MiB of uint8 (parameter; INPUT0 is ignored).
 BLOB_MODEL = """
 import json
@@ -224,6 +268,10 @@ def write_spin(root: Path, name: str, *, dynamic_batching: bool = False) -> Path
 
 def write_tokens(root: Path, name: str = "tokens", *, instances: int = 1) -> Path:
     return write(root, name, TOKENS_CONFIG.format(name=name, instances=instances), TOKENS_MODEL)
+
+
+def write_echo(root: Path, name: str = "echo") -> Path:
+    return write(root, name, ECHO_CONFIG.format(name=name), ECHO_MODEL)
 
 
 def write_blob(root: Path, name: str = "blob") -> Path:

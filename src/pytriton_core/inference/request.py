@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pytriton_core.inference.flow import ResponseWindow, response_bytes
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
 from pytriton_core.inference.tensor import Tensor
 
@@ -66,6 +67,8 @@ class InferenceRequest:
     queue_start_ns: int = 0
     final_sent: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
+    # Set by a front end that streams to a client who may read slowly (inference.flow).
+    response_window: ResponseWindow | None = None
     # Read through ``cancelled``; set only by ``cancel`` so that the hooks run.
     _cancelled: bool = field(default=False, init=False, repr=False)
     _cancel_hooks: list[CancelHook] | None = field(default=None, init=False, repr=False)
@@ -82,6 +85,8 @@ class InferenceRequest:
         if not self._cancelled:
             self._cancelled = True
             self._run_cancel_hooks()
+            if self.response_window is not None:
+                self.response_window.close()  # a sender waiting for the client goes on
 
     def cancel_threadsafe(self) -> None:
         """``cancel`` from any thread: ``cancelled`` turns true at once, the hooks run on
@@ -89,6 +94,8 @@ class InferenceRequest:
         if self._cancelled:
             return
         self._cancelled = True
+        if self.response_window is not None:
+            self.response_window.close()
         if self.loop is not None:  # submitted: hooks may be registered
             self.loop.call_soon_threadsafe(self._run_cancel_hooks)
 
@@ -144,6 +151,13 @@ class InferenceRequest:
             trace.stamp("REQUEST_END")
 
     def send_threadsafe(self, response: InferenceResponse | None, final: bool) -> None:
-        """``deliver`` from any thread (decoupled response senders)."""
+        """``deliver`` from any thread but the event loop's (decoupled response senders).
+
+        With a ``response_window`` this waits while the client is behind (flow control).
+        """
         assert self.loop is not None, "request submitted without an event loop"
+        window = self.response_window
+        if window is not None and response is not None and not self._cancelled:
+            response.window_bytes = response_bytes(response)
+            window.acquire(response.window_bytes)
         self.loop.call_soon_threadsafe(self.deliver, response, final)
