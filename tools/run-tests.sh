@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs them: the command CI runs (.ci/run) and the README gives.
-#   tools/run-tests.sh                 everything
-#   tools/run-tests.sh tests/unit -x   extra arguments go to pytest
+#   tools/run-tests.sh                 everything, and the unit tests once more on Python 3.10
+#   tools/run-tests.sh tests/unit -x   extra arguments go to pytest (the 3.10 run is skipped)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +18,27 @@ REAL_TRITON_SETUP=../shared/tools/real-triton/setup.sh
 if [ -x "$REAL_TRITON_SETUP" ] || [ -f "$REAL_TRITON_SETUP" ]; then
   if ! bash "$REAL_TRITON_SETUP" >/dev/null 2>&1; then
     echo "warning: the real Triton could not be installed; the differential tests will skip" >&2
+  fi
+fi
+
+# The oldest Python the package declares (requires-python): the unit tests once more, in a
+# venv of their own with only what they need (the unit extra), so that CI stays fast.
+# PYTRITON_OLDEST_PYTHON names the interpreter; else pyenv's or PATH's python3.10.
+if [ $# -eq 0 ]; then
+  OLDEST=${PYTRITON_OLDEST_PYTHON:-}
+  if [ -z "$OLDEST" ]; then
+    for candidate in "$HOME"/.pyenv/versions/3.10*/bin/python "$(command -v python3.10 || true)"; do
+      if [ -x "$candidate" ]; then OLDEST=$candidate; break; fi
+    done
+  fi
+  if [ -n "$OLDEST" ]; then
+    VENV_OLDEST=${PYTRITON_TEST_VENV_OLDEST:-.venv310}
+    [ -x "$VENV_OLDEST/bin/python" ] || "$OLDEST" -m venv "$VENV_OLDEST"
+    "$VENV_OLDEST/bin/python" -m pip install -q --upgrade pip
+    "$VENV_OLDEST/bin/python" -m pip install -q '.[unit]'
+    "$VENV_OLDEST/bin/python" -m pytest -p no:cacheprovider -q tests/unit
+  else
+    echo "warning: no Python 3.10 found; the unit tests run on $("$VENV/bin/python" -V) only" >&2
   fi
 fi
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 
-from pytriton_core.backends.python.pb_utils_metrics import MetricRegistry, set_metric_registry
+from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.errors import InternalError
 from pytriton_core.frontends.grpc import GrpcFrontend
@@ -47,7 +47,7 @@ class ServerRuntime:
         self._tracer: TraceManager | None = None
         self._reporter: MetricsReporter | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
-        # Custom metrics that models create with pb_utils.MetricFamily.
+        # Custom metrics that models create with pb_utils.MetricFamily: this server's own.
         self.metric_registry = MetricRegistry()
 
     @property
@@ -59,10 +59,13 @@ class ServerRuntime:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
-        set_metric_registry(self.metric_registry)  # before any model creates its families
         staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
         manager = self._manager = ModelManager(
-            self.options, BackendRegistry(), loop, host_staging=staging
+            self.options,
+            BackendRegistry(),
+            loop,
+            host_staging=staging,
+            custom_metrics=self.metric_registry,
         )
         shared_memory = SharedMemoryManager(
             allow_client=self.options.memory.allow_client_shm, staging=staging

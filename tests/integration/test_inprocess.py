@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,3 +133,57 @@ def test_settings_extensions_in_process(server: tuple[Server, str]) -> None:
         assert client.get_trace_settings("add_sub")["trace_rate"] == "7"
         in_process.trace_settings("add_sub", trace_rate=None)
         assert client.get_trace_settings("add_sub")["trace_rate"] == "1000"
+
+
+COUNTING_CONFIG = """
+name: "counting"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+# Creates its counter on its first request: a family made while another server runs in
+# the same process must still land in this model's own server.
+COUNTING_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    counter = None
+
+    def execute(self, requests):
+        if self.counter is None:
+            family = pb_utils.MetricFamily(
+                "counted_requests", "Requests counted", pb_utils.MetricFamily.COUNTER
+            )
+            self.counter = family.Metric()
+        responses = []
+        for request in requests:
+            self.counter.increment(1)
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+        return responses
+"""
+
+
+def test_each_server_keeps_its_own_custom_metrics(tmp_path: Path) -> None:
+    model_dir = tmp_path / "counting"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "config.pbtxt").write_text(COUNTING_CONFIG)
+    (model_dir / "1" / "model.py").write_text(COUNTING_MODEL)
+    first_port, second_port = free_ports(2)
+    x = {"X": np.ones(1, np.float32)}
+
+    def metrics(port: int) -> dict[str, Any]:
+        return {"metrics_address": LOOPBACK, "metrics_port": port}
+
+    with (
+        Server(model_repository=tmp_path, allow_metrics=True, **metrics(first_port)) as a,
+        Server(model_repository=tmp_path, allow_metrics=True, **metrics(second_port)) as b,
+    ):
+        for _ in range(3):
+            a.infer("counting", x)
+        b.infer("counting", x)
+        assert "counted_requests 3" in a.metrics().splitlines()
+        assert "counted_requests 1" in b.metrics().splitlines()

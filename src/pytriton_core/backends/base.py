@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from google.protobuf.message import Message
 
+from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -44,6 +45,8 @@ class ModelLocation:
     host_staging: StagingPool | None = None
     # --cuda-memory-pool-byte-size: the device buffers GPU instances allocate themselves.
     device_pools: DevicePools | None = None
+    # The server's custom metric families (pb_utils.MetricFamily): each server has its own.
+    custom_metrics: MetricRegistry | None = None
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         """A backend setting: this backend's own value first, else the global one."""

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pytriton_core.backends.python.pb_utils_metrics import (
+from pytriton_core.backends.custom_metrics import (
     MetricFamilySnapshot,
     MetricKind,
     MetricRegistry,

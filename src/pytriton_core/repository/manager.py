@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from pytriton_core import config as model_config
 from pytriton_core import proto
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
+from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.devices import visible_gpu_ids
@@ -63,9 +64,11 @@ class ModelManager:
         loop: asyncio.AbstractEventLoop,
         *,
         host_staging: StagingPool | None = None,
+        custom_metrics: MetricRegistry | None = None,
     ) -> None:
         self._options = options
         self._host_staging = host_staging
+        self._custom_metrics = custom_metrics
         self._device_pools = DevicePools(options.memory.cuda_memory_pool_byte_size)
         self._backends = backends
         self._loop = loop
@@ -360,6 +363,7 @@ class ModelManager:
             global_backend_config=self._options.backend_settings(""),
             host_staging=self._host_staging,
             device_pools=self._device_pools,
+            custom_metrics=self._custom_metrics,
         )
 
     def _start_version(self, version: int, model_dir: Path, config: Message) -> Model:

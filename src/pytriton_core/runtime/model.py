@@ -290,7 +290,7 @@ class Model:
             self._drained = asyncio.Event()
             try:
                 await asyncio.wait_for(self._drained.wait(), timeout_s)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
                 log.warning("model %s: %d requests still in flight", self.name, self._in_flight)
         self._scheduler.stop(len(self._instances))
         # At least a moment for the instances to see the stop, even past the deadline.

@@ -8,6 +8,7 @@ there is no stub process and no /dev/shm pool: tensors stay numpy arrays end to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -56,12 +57,18 @@ def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
     return location.version_dir / (default_model_filename or "model.py")
 
 
+def _running_model(location: ModelLocation) -> contextlib.AbstractContextManager[None]:
+    """What model code sees while it runs: its folder (``get_model_dir``) and its server's
+    custom metrics."""
+    return pb_utils.model_context(str(location.model_dir), location.custom_metrics)
+
+
 def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
     if not path.is_file():
         raise ModelConfigError(f"unable to find '{path}' for model '{location.name}'")
     _install_pb_utils()
     module_name = f"_pytriton_model_{location.name}_{location.version}"
-    with _import_lock:
+    with _import_lock, _running_model(location):
         # Models import their sibling modules, as they do under Triton's stub.
         if str(location.version_dir) not in sys.path:
             sys.path.append(str(location.version_dir))
@@ -92,7 +99,8 @@ class PythonBackend(Backend):
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
             return
-        completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+        with _running_model(location):
+            completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
         if not isinstance(completed, pb_utils.ModelConfig):
             raise ModelConfigError(
                 f"auto_complete_config function in model '{location.name}' must return a "
@@ -145,11 +153,11 @@ class PythonInstance(BackendInstance):
         self._model = model
         self._spec = spec
         self._staging = model._location.host_staging  # GPU outputs' host copies
-        self._python_model = model._module.TritonPythonModel()
         self._async_loop: asyncio.AbstractEventLoop | None = None
-        if inspect.iscoroutinefunction(self._python_model.execute):
-            self._async_loop = asyncio.new_event_loop()
-        with pb_utils.model_dir_context(str(model._location.model_dir)):
+        with _running_model(model._location):
+            self._python_model = model._module.TritonPythonModel()
+            if inspect.iscoroutinefunction(self._python_model.execute):
+                self._async_loop = asyncio.new_event_loop()
             initialize = getattr(self._python_model, "initialize", None)
             if initialize is not None:
                 self._run(initialize(args))
@@ -167,7 +175,7 @@ class PythonInstance(BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         pb_requests = [self._to_pb_request(r) for r in requests]
         timing.mark_input_done()
-        with pb_utils.model_dir_context(str(self._model._location.model_dir)):
+        with _running_model(self._model._location):
             try:
                 result = self._run(self._python_model.execute(pb_requests))
             except Exception as exc:
@@ -204,7 +212,8 @@ class PythonInstance(BackendInstance):
     def finalize(self) -> None:
         finalize = getattr(self._python_model, "finalize", None)
         if finalize is not None:
-            self._run(finalize())
+            with _running_model(self._model._location):
+                self._run(finalize())
         if self._async_loop is not None:
             self._async_loop.close()
 

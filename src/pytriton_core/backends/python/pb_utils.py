@@ -35,10 +35,13 @@ Server-facing hooks (private names; the backend and the server drive these, mode
   surface in the model (e.g. BLS outside ``execute``); any other exception from ``infer``
   becomes an error response, as Triton reports failed BLS calls.
 * ``model_dir_context(path)``: context manager that sets what ``get_model_dir()`` returns
-  (a context variable, so concurrent models in one process each see their own).
-* ``set_metric_registry(registry) -> previous`` / ``metric_registry()``: the
-  :class:`MetricRegistry` in which ``MetricFamily`` objects keep their values;
-  ``registry.snapshot()`` reads them all.
+  (a context variable, so concurrent models in one process each see their own);
+  ``model_context(path, metrics)`` sets it and the metric registry below together.
+* ``metric_registry_context(registry)`` (context manager), ``set_metric_registry(registry)
+  -> previous`` / ``metric_registry()``: the server's :class:`MetricRegistry` that
+  ``MetricFamily`` objects created in the current context keep their values in (a context
+  variable: two servers in one process keep theirs apart); ``registry.snapshot()`` reads
+  them all.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ from pytriton_core.backends.python.pb_utils_errors import TritonError, TritonMod
 from pytriton_core.backends.python.pb_utils_metrics import Metric, MetricFamily, MetricKind
 from pytriton_core.backends.python.pb_utils_metrics import MetricRegistry as MetricRegistry
 from pytriton_core.backends.python.pb_utils_metrics import metric_registry as metric_registry
+from pytriton_core.backends.python.pb_utils_metrics import (
+    metric_registry_context as metric_registry_context,
+)
 from pytriton_core.backends.python.pb_utils_metrics import (
     set_metric_registry as set_metric_registry,
 )
@@ -647,6 +653,20 @@ def model_dir_context(path: str) -> Iterator[None]:
     try:
         yield
     finally:
+        _model_dir.reset(token)
+
+
+@contextlib.contextmanager
+def model_context(path: str, metrics: MetricRegistry | None) -> Iterator[None]:
+    """Inside the block, model code sees ``path`` as ``get_model_dir()`` and creates its
+    ``MetricFamily`` objects in ``metrics`` (its server's registry): the backend's hook
+    around a model's import, initialize, execute and finalize."""
+    token = _model_dir.set(path)
+    previous = set_metric_registry(metrics)
+    try:
+        yield
+    finally:
+        set_metric_registry(previous)
         _model_dir.reset(token)
 
 

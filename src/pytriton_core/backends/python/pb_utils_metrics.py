@@ -1,139 +1,77 @@
 """``pb_utils.MetricFamily`` / ``Metric``: custom metrics that models define.
 
-Values live in a :class:`MetricRegistry` in this process. A family binds to the registry
-current when it is created (``set_metric_registry`` installs the server's); the server reads
-every family with ``registry.snapshot()`` (for ``/metrics``). As with prometheus-cpp,
-creating a family whose name exists returns the same series store when the kind matches
-(models create their families in ``initialize``, once per instance), and one label set is
-one series.
+Values live in the :class:`~pytriton_core.backends.custom_metrics.MetricRegistry` of the
+server running the model: a family binds to the registry of the context it is created in,
+which the Python backend sets around the model's code (``metric_registry_context``). A
+family created elsewhere (a thread the model started itself) is refused with a message.
 """
 
 from __future__ import annotations
 
 import bisect
-import enum
+import contextlib
+import contextvars
 import itertools
 import re
-import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from pytriton_core.backends.custom_metrics import (
+    LabelKey,
+    MetricFamilySnapshot,
+    MetricKind,
+    MetricKindConflict,
+    MetricRegistry,
+    MetricSample,
+    Series,
+)
 from pytriton_core.backends.python.pb_utils_errors import TritonModelException
+
+__all__ = [
+    "Metric",
+    "MetricFamily",
+    "MetricFamilySnapshot",
+    "MetricKind",
+    "MetricRegistry",
+    "MetricSample",
+    "metric_registry",
+    "metric_registry_context",
+    "set_metric_registry",
+]
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
 
-class MetricKind(enum.IntEnum):
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
+# The registry of the server whose model code runs in this context: the Python backend sets
+# it around a model's import, initialize, execute and finalize (``metric_registry_context``),
+# so that two servers in one process keep their families apart.
+_current: contextvars.ContextVar[MetricRegistry | None] = contextvars.ContextVar(
+    "pytriton_core_metric_registry", default=None
+)
 
 
-LabelKey = tuple[tuple[str, str], ...]
+def metric_registry() -> MetricRegistry | None:
+    """The registry that families created in this context go to (None outside model code)."""
+    return _current.get()
 
 
-@dataclass(frozen=True)
-class MetricSample:
-    """One series. Counter/gauge: ``value``. Histogram: ``value`` is the sum of
-    observations, ``count`` their number, ``bucket_counts[i]`` the (cumulative) number
-    ``<= buckets[i]``, with a last entry for +Inf equal to ``count``."""
-
-    labels: LabelKey
-    value: float
-    count: int = 0
-    buckets: tuple[float, ...] = ()
-    bucket_counts: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class MetricFamilySnapshot:
-    name: str
-    description: str
-    kind: MetricKind
-    samples: tuple[MetricSample, ...]
-
-
-class _Series:
-    __slots__ = ("bounds", "count", "counts", "value")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.value = 0.0
-        self.count = 0
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # per bucket, not cumulative; +Inf last
-
-    def sample(self, labels: LabelKey) -> MetricSample:
-        cumulative, running = [], 0
-        for n in self.counts:
-            running += n
-            cumulative.append(running)
-        return MetricSample(labels, self.value, self.count, self.bounds, tuple(cumulative))
-
-
-class _FamilyStore:
-    __slots__ = ("description", "kind", "name", "series")
-
-    def __init__(self, name: str, description: str, kind: MetricKind) -> None:
-        self.name = name
-        self.description = description
-        self.kind = kind
-        self.series: dict[LabelKey, _Series] = {}
-
-
-class MetricRegistry:
-    """Every custom metric family of one server; safe to use from any thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._families: dict[str, _FamilyStore] = {}
-
-    def _family(self, name: str, description: str, kind: MetricKind) -> _FamilyStore:
-        with self._lock:
-            family = self._families.get(name)
-            if family is None:
-                family = self._families[name] = _FamilyStore(name, description, kind)
-            elif family.kind != kind:
-                raise TritonModelException(
-                    f"Error when creating MetricFamily: '{name}' already exists as a "
-                    f"{family.kind.name.lower()}, not a {kind.name.lower()}"
-                )
-            return family
-
-    def _series(self, family: _FamilyStore, labels: LabelKey, bounds: tuple[float, ...]) -> _Series:
-        with self._lock:
-            series = family.series.get(labels)
-            if series is None:
-                series = family.series[labels] = _Series(bounds)
-            return series
-
-    def snapshot(self) -> list[MetricFamilySnapshot]:
-        """A consistent copy of every family and series, families in creation order."""
-        with self._lock:
-            return [
-                MetricFamilySnapshot(
-                    f.name,
-                    f.description,
-                    f.kind,
-                    tuple(s.sample(labels) for labels, s in f.series.items()),
-                )
-                for f in self._families.values()
-            ]
-
-
-_registry = MetricRegistry()
-
-
-def metric_registry() -> MetricRegistry:
-    return _registry
-
-
-def set_metric_registry(registry: MetricRegistry) -> MetricRegistry:
-    """Make ``registry`` hold the families created from now on; returns the previous one."""
-    global _registry
-    previous, _registry = _registry, registry
+def set_metric_registry(registry: MetricRegistry | None) -> MetricRegistry | None:
+    """Make ``registry`` hold the families created from now on in this context (a thread's
+    own, or an asyncio task's); returns the previous one."""
+    previous = _current.get()
+    _current.set(registry)
     return previous
+
+
+@contextlib.contextmanager
+def metric_registry_context(registry: MetricRegistry | None) -> Iterator[None]:
+    """Families created inside the block go to ``registry`` (the backends' server hook)."""
+    token = _current.set(registry)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 class MetricFamily:
@@ -154,8 +92,17 @@ class MetricFamily:
             metric_kind = MetricKind(kind)
         except ValueError:
             raise TritonModelException(f"Unknown metric kind {kind!r}") from None
-        self._registry = _registry
-        self._store = self._registry._family(name, description, metric_kind)
+        registry = _current.get()
+        if registry is None:
+            raise TritonModelException(
+                f"Error when creating MetricFamily '{name}': custom metrics can be created "
+                "only while the server runs the model's code (initialize, execute, finalize)"
+            )
+        self._registry = registry
+        try:
+            self._store = registry.family(name, description, metric_kind)
+        except MetricKindConflict as exc:
+            raise TritonModelException(str(exc)) from None
 
     def Metric(  # Triton's (capitalised) name
         self,
@@ -181,7 +128,7 @@ class MetricFamily:
                 raise TritonModelException(
                     "Failed to create metric. Buckets must be strictly increasing."
                 )
-        return Metric(self._registry, kind, self._registry._series(self._store, key, bounds))
+        return Metric(self._registry, kind, self._registry.series(self._store, key, bounds))
 
 
 def _label_key(labels: Mapping[str, Any]) -> LabelKey:
@@ -200,7 +147,7 @@ class Metric:
 
     __slots__ = ("_kind", "_registry", "_series")
 
-    def __init__(self, registry: MetricRegistry, kind: MetricKind, series: _Series) -> None:
+    def __init__(self, registry: MetricRegistry, kind: MetricKind, series: Series) -> None:
         self._registry = registry
         self._kind = kind
         self._series = series
@@ -219,14 +166,14 @@ class Metric:
             raise TritonModelException(
                 f"Failed to increment metric value: a counter only increases; {value} is negative"
             )
-        with self._registry._lock:
+        with self._registry.lock:
             self._series.value += float(value)
 
     def set(self, value: float) -> None:
         """Set a gauge."""
         if self._kind != MetricKind.GAUGE:
             raise self._refuse("set", "set")
-        with self._registry._lock:
+        with self._registry.lock:
             self._series.value = float(value)
 
     def observe(self, value: float) -> None:
@@ -234,7 +181,7 @@ class Metric:
         if self._kind != MetricKind.HISTOGRAM:
             raise self._refuse("observe", "observe")
         series = self._series
-        with self._registry._lock:
+        with self._registry.lock:
             series.value += float(value)
             series.count += 1
             series.counts[bisect.bisect_left(series.bounds, value)] += 1
@@ -243,5 +190,5 @@ class Metric:
         """The counter or gauge value (histograms have none, as in Triton)."""
         if self._kind == MetricKind.HISTOGRAM:
             raise self._refuse("value", "get")
-        with self._registry._lock:
+        with self._registry.lock:
             return self._series.value

@@ -23,6 +23,14 @@ from pytriton_core import proto, types
 from pytriton_core._native.bytes_codec import serialize_bytes_tensor
 from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.grpc import wire
+from pytriton_core.frontends.infer_rules import (
+    REGION,
+    check_shm_output,
+    requested_output,
+    response_parameter_kind,
+    shm_reference,
+    write_to_region,
+)
 from pytriton_core.inference.parameters import apply_request_parameter
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
@@ -33,7 +41,7 @@ from pytriton_core.inference.tensor_data import (
     array_to_bytes,
     datatype_from_wire,
 )
-from pytriton_core.memory import ShmOutput, ShmReference
+from pytriton_core.memory import ShmOutput
 from pytriton_core.runtime.model import Model
 from pytriton_core.service import InferenceService
 
@@ -50,7 +58,6 @@ _STREAM_INFER_RESPONSE = _ModelStreamInferResponse.DESCRIPTOR.fields_by_name[
 
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
-_INT64_MAX = 2**63 - 1
 
 # InferTensorContents field → (the datatype it is named after in errors, its numpy type).
 _CONTENTS_FIELDS: dict[str, tuple[str, np.dtype[Any]]] = {
@@ -128,13 +135,13 @@ def decode_infer_request(
             raise InvalidArgumentError(
                 f"Unable to parse 'shape' for input '{name}': expecting unsigned integers"
             )
-        if "shared_memory_region" in entry.parameters:
+        if REGION in entry.parameters:
             if entry.HasField("contents"):
                 raise InvalidArgumentError(
                     "unexpected 'content' provided when using shared memory for input tensor "
                     f"'{name}' for model '{model.name}'"
                 )
-            ref = _shm_reference(entry.parameters, name)
+            ref = shm_reference(_ProtoParameters(entry.parameters, name), name)
             request.inputs[name] = service.shm_input(
                 ref,
                 datatype,
@@ -176,29 +183,35 @@ def _parameter_value(parameter: Any) -> object:
     return None if which is None else getattr(parameter, which)
 
 
-def _shm_parameter(parameters: Mapping[str, Any], key: str, kind: str, tensor: str) -> Any:
-    parameter = parameters[key]
-    if parameter.WhichOneof("parameter_choice") != kind:
-        raise InvalidArgumentError(
-            f"invalid value type for '{key}' parameter for tensor '{tensor}', expected {kind}."
-        )
-    return getattr(parameter, kind)
+class _ProtoParameters:
+    """A tensor's ``InferParameter`` map, of the types Triton requires (negative integers
+    are passed on: the region's compiled range check refuses them)."""
 
+    __slots__ = ("_parameters", "_tensor")
 
-def _shm_reference(parameters: Mapping[str, Any], tensor: str) -> ShmReference:
-    """A tensor's shared-memory parameters, of the types Triton requires. Negative values
-    are passed on as they are: the region's compiled range check refuses them."""
-    region = _shm_parameter(parameters, "shared_memory_region", "string_param", tensor)
-    if "shared_memory_byte_size" not in parameters:
-        raise InvalidArgumentError(
-            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
-            f"parameter for tensor '{tensor}'"
-        )
-    byte_size = _shm_parameter(parameters, "shared_memory_byte_size", "int64_param", tensor)
-    offset = 0
-    if "shared_memory_offset" in parameters:
-        offset = _shm_parameter(parameters, "shared_memory_offset", "int64_param", tensor)
-    return ShmReference(region, offset, byte_size)
+    def __init__(self, parameters: Mapping[str, Any], tensor: str) -> None:
+        self._parameters = parameters
+        self._tensor = tensor
+
+    def has(self, key: str) -> bool:
+        return key in self._parameters
+
+    def string(self, key: str) -> str:
+        value: str = self._typed(key, "string_param")
+        return value
+
+    def integer(self, key: str) -> int:
+        value: int = self._typed(key, "int64_param")
+        return value
+
+    def _typed(self, key: str, kind: str) -> Any:
+        parameter = self._parameters[key]
+        if parameter.WhichOneof("parameter_choice") != kind:
+            raise InvalidArgumentError(
+                f"invalid value type for '{key}' parameter for tensor '{self._tensor}', "
+                f"expected {kind}."
+            )
+        return getattr(parameter, kind)
 
 
 def _requested_output(
@@ -209,14 +222,11 @@ def _requested_output(
         class_count = _parameter_value(output.parameters["classification"])
     if not isinstance(class_count, int) or isinstance(class_count, bool) or class_count < 0:
         raise InvalidArgumentError(f"Unable to parse 'classification' for output '{output.name}'")
-    if "shared_memory_region" in output.parameters:
-        if class_count:
-            raise InvalidArgumentError(
-                "output can't set both 'shared_memory_region' and 'classification'"
-            )
-        ref = _shm_reference(output.parameters, output.name)
-        decoded.shm_outputs[output.name] = service.shm_output(output.name, ref)
-    return RequestedOutput(output.name, class_count, output.name in decoded.shm_outputs)
+    region = None
+    if REGION in output.parameters:
+        check_shm_output({"classification": class_count}, noun="output")
+        region = shm_reference(_ProtoParameters(output.parameters, output.name), output.name)
+    return requested_output(service, output.name, class_count, region, decoded.shm_outputs)
 
 
 def _contents_as_bytes(
@@ -250,22 +260,7 @@ def _contents_as_bytes(
 
 def _set_parameters(target: Any, parameters: Mapping[str, ParameterValue]) -> None:
     for key, value in parameters.items():
-        parameter = target[key]
-        if isinstance(value, bool):
-            parameter.bool_param = value
-        elif isinstance(value, int):
-            if value > _INT64_MAX:
-                parameter.uint64_param = value
-            else:
-                parameter.int64_param = value
-        elif isinstance(value, float):
-            parameter.double_param = value
-        elif isinstance(value, str):
-            parameter.string_param = value
-        else:
-            raise UnsupportedError(
-                f"Response parameter '{key}' of type {type(value).__name__} is not supported"
-            )
+        setattr(target[key], response_parameter_kind(key, value).value, value)
 
 
 def _response_parts(
@@ -281,9 +276,7 @@ def _response_parts(
     raw: list[Buffer] = []
     for tensor in response.outputs:
         header.outputs.add(name=tensor.name, datatype=tensor.datatype.wire_name, shape=tensor.shape)
-        target = decoded.shm_outputs.get(tensor.name)
-        if target is not None:
-            target.write(tensor)
+        if write_to_region(decoded.shm_outputs, tensor):
             raw.append(b"")  # kept, so that raw entries stay aligned with outputs
         else:
             raw.append(array_to_bytes(tensor))

@@ -24,20 +24,28 @@ from pytriton_core._native.json_tensor import (
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
-    UnsupportedError,
 )
 from pytriton_core.frontends.http.messages import JSON, Buffer, HttpResponse
+from pytriton_core.frontends.infer_rules import (
+    INT64_MAX,
+    REGION,
+    check_shm_output,
+    requested_output,
+    response_parameter_kind,
+    shm_reference,
+    write_to_region,
+)
 from pytriton_core.inference.parameters import apply_request_parameter
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
 from pytriton_core.inference.tensor import Tensor
 from pytriton_core.inference.tensor_data import array_from_bytes, array_to_bytes, datatype_from_wire
-from pytriton_core.memory import ShmOutput, ShmReference
+from pytriton_core.memory import ShmOutput
 from pytriton_core.runtime.model import Model
 from pytriton_core.service import InferenceService
 
 OCTET_STREAM = b"application/octet-stream"
-_DATA_SOURCES = ("data", "binary_data_size", "shared_memory_region")
+_DATA_SOURCES = ("data", "binary_data_size", REGION)
 
 
 @dataclass(slots=True)
@@ -71,7 +79,6 @@ _JSON_KIND_ERRORS = {
     },
     **{f"UINT{bits}": _NOT_UNSIGNED for bits in (8, 16, 32, 64)},
 }
-_INT64_MAX = 2**63 - 1
 
 
 def _unparsable(field: str, detail: str) -> InternalError:
@@ -115,7 +122,7 @@ def _request_parameters(
         if key == "binary_data_output":
             binary_data_output = value
             continue
-        if isinstance(value, int) and not isinstance(value, bool) and value > _INT64_MAX:
+        if isinstance(value, int) and not isinstance(value, bool) and value > INT64_MAX:
             value = float(value)  # as Triton's JSON reader hands it on: beyond int64, a double
         apply_request_parameter(request, key, value, allowed_reserved=allowed)
         if key in allowed:
@@ -168,23 +175,28 @@ class _BinaryCursor:
             )
 
 
-def _shm_reference(parameters: Mapping[str, Any], tensor_name: str) -> ShmReference:
-    """A tensor's shared-memory parameters, typed as Triton's JSON reader requires them."""
-    region = parameters["shared_memory_region"]
-    if not isinstance(region, str):
-        raise _unparsable("shared_memory_region", _NOT_STRING)
-    if "shared_memory_byte_size" not in parameters:
-        raise InvalidArgumentError(
-            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
-            f"parameter for tensor '{tensor_name}'"
-        )
-    byte_size = parameters["shared_memory_byte_size"]
-    offset = parameters.get("shared_memory_offset", 0)
-    if not _is_unsigned(byte_size):
-        raise _unparsable("shared_memory_byte_size", _NOT_UNSIGNED)
-    if not _is_unsigned(offset):
-        raise _unparsable("shared_memory_offset", _NOT_UNSIGNED)
-    return ShmReference(region, offset, byte_size)
+class _JsonParameters:
+    """A tensor's JSON ``parameters``, typed as Triton's JSON reader requires them."""
+
+    __slots__ = ("_parameters",)
+
+    def __init__(self, parameters: Mapping[str, Any]) -> None:
+        self._parameters = parameters
+
+    def has(self, key: str) -> bool:
+        return key in self._parameters
+
+    def string(self, key: str) -> str:
+        value = self._parameters[key]
+        if not isinstance(value, str):
+            raise _unparsable(key, _NOT_STRING)
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self._parameters[key]
+        if not _is_unsigned(value):
+            raise _unparsable(key, _NOT_UNSIGNED)
+        return int(value)
 
 
 def _input_tensor(
@@ -215,8 +227,8 @@ def _input_tensor(
             + ("set " + " ".join(f"'{key}'" for key in present) if present else "no field is set")
         )
     source = present[0]
-    if source == "shared_memory_region":
-        ref = _shm_reference(parameters, name)
+    if source == REGION:
+        ref = shm_reference(_JsonParameters(parameters), name)
         return service.shm_input(
             ref,
             datatype,
@@ -278,15 +290,11 @@ def _requested_outputs(raw: Any, decoded: DecodedInfer, service: InferenceServic
             raise _unparsable("binary_data", _NOT_BOOL)
         if not _is_unsigned(class_count):
             raise InternalError(f"Unable to set 'classification': {_NOT_UNSIGNED}")
-        if "shared_memory_region" in parameters:
-            for conflict in ("binary_data", "classification"):
-                if parameters.get(conflict):
-                    raise InvalidArgumentError(
-                        f"Output can't set both 'shared_memory_region' and '{conflict}'"
-                    )
-            ref = _shm_reference(parameters, name)
-            decoded.shm_outputs[name] = service.shm_output(name, ref)
-        requested[name] = RequestedOutput(name, class_count, name in decoded.shm_outputs)
+        region = None
+        if REGION in parameters:
+            check_shm_output({"binary_data": binary, "classification": class_count}, noun="Output")
+            region = shm_reference(_JsonParameters(parameters), name)
+        requested[name] = requested_output(service, name, class_count, region, decoded.shm_outputs)
         decoded.binary_outputs[name] = binary
     decoded.request.requested_outputs = requested
 
@@ -408,9 +416,8 @@ def encode_infer_response(
             "datatype": tensor.datatype.wire_name,
             "shape": list(tensor.shape),
         }
-        target = decoded.shm_outputs.get(tensor.name)
-        if target is not None:
-            target.write(tensor)  # the response names it; the data is in the region
+        if write_to_region(decoded.shm_outputs, tensor):
+            pass  # the response names it; the data is in the region
         elif decoded.binary_outputs.get(tensor.name, decoded.binary_by_default):
             blob = array_to_bytes(tensor)
             entry["parameters"] = {"binary_data_size": len(blob)}
@@ -493,6 +500,5 @@ def dumps_json(document: dict[str, Any], non_finite: bool) -> bytes:
 
 def _response_parameters(parameters: Mapping[str, ParameterValue]) -> dict[str, ParameterValue]:
     for key, value in parameters.items():
-        if isinstance(value, (bytes, bytearray)):
-            raise UnsupportedError(f"Response parameter '{key}' of type BYTES is not supported")
+        response_parameter_kind(key, value)  # refuses what no wire carries
     return dict(parameters)

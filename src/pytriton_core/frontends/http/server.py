@@ -29,8 +29,6 @@ from typing import cast
 import httptools
 
 from pytriton_core._native.http_framing import (
-    BodyTooLargeError,
-    HeadTooLargeError,
     HttpRequest,
     RequestAssembler,
     build_response_head,
@@ -187,13 +185,12 @@ class HttpProtocol(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            # A refusal of the framing layer carries the status to answer with; the size
+            # limits (413, 431) say what the limit is, the rest read as malformed HTTP.
             framing = framing_error(exc)
-            if isinstance(framing, BodyTooLargeError):
-                failure = _BrokenStream(413, str(framing))
-            elif isinstance(framing, HeadTooLargeError):
-                failure = _BrokenStream(431, str(framing))
-            else:
-                failure = _BrokenStream(400, f"malformed HTTP request: {exc}")
+            status = framing.status if framing is not None else 400
+            message = str(framing) if status != 400 else f"malformed HTTP request: {exc}"
+            failure = _BrokenStream(status, message)
         # Requests completed before the bad bytes are answered first, in order.
         completed = self._assembler.drain()
         if completed:
