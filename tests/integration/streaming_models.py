@@ -9,7 +9,9 @@ process of the machine, so a test compares it with the moment its client went aw
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 # Non-decoupled. Parameters: "hold_ms" sleeps that long, then answers; otherwise it loops
 # until request.is_cancelled() (at most "limit_s", default 30 s), logging to "marker".
@@ -61,7 +63,8 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 # with the last response when the "final_with_last" parameter is true. Parameters:
 # "fail_at" makes that response an error; "delay_ms" sleeps before each response;
 # "until_cancelled": keeps sending (every "delay_ms") until the sender is cancelled,
-# logging to "marker".
+# logging to "marker", then ends with FINAL alone or, with "cancel_error", with a CANCELLED
+# error response.
 TOKENS_MODEL = """
 import json
 import time
@@ -106,7 +109,11 @@ class TritonPythonModel:
                     index += 1
                     time.sleep(delay_s or 0.001)
                 mark(marker, f"cancelled-after-{index}")
-                sender.send(flags=FINAL)
+                if parameters.get("cancel_error"):
+                    error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
+                    sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+                else:
+                    sender.send(flags=FINAL)
                 continue
             fail_at = parameters.get("fail_at", -1)
             final_with_last = parameters.get("final_with_last", False)
@@ -291,3 +298,13 @@ def marker_events(path: Path) -> dict[str, float]:
         event, _, moment = line.partition(" ")
         events[event] = float(moment)
     return events
+
+
+def raw_post(path: str, document: Any, *, close: bool = False) -> bytes:
+    """An HTTP/1.1 POST of ``document`` as JSON, as bytes for a socket."""
+    body = json.dumps(document).encode()
+    connection = b"Connection: close\r\n" if close else b""
+    return (
+        b"POST %s HTTP/1.1\r\nHost: t\r\n%sContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (path.encode(), connection, len(body), body)
+    )

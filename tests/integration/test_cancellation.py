@@ -26,7 +26,7 @@ import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
 from httpx_sse import connect_sse
 from prometheus_client.parser import text_string_to_metric_families
-from streaming_models import marker_events, write_spin, write_tokens
+from streaming_models import marker_events, raw_post, write_spin, write_tokens
 
 # A generous bound for noticing a cancellation; the target is 100 ms.
 NOTICE_BOUND_S = 1.0
@@ -214,21 +214,11 @@ def test_a_cancelled_grpc_stream_stops_a_decoupled_model(
 
 
 def raw_infer(model: str, parameters: dict[str, Any], *, close: bool = False) -> bytes:
-    shape = [2]
-    count = 2
-    body = json.dumps(
-        {
-            "inputs": [
-                {"name": "INPUT0", "shape": shape, "datatype": "FP32", "data": [1.0] * count}
-            ],
-            "parameters": parameters,
-        }
-    ).encode()
-    return (
-        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: t\r\n"
-        + ("Connection: close\r\n" if close else "")
-        + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+    document = {
+        "inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1.0, 1.0]}],
+        "parameters": parameters,
+    }
+    return raw_post(f"/v2/models/{model}/infer", document, close=close)
 
 
 def connect(server: ServerHandle) -> socket.socket:

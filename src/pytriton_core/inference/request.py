@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from pytriton_core.inference.flow import ResponseWindow, response_bytes
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
+from pytriton_core.inference.statistics import ResponseTiming
 from pytriton_core.inference.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 """Called on the event loop with (response or None for a flag-only completion, final)."""
 CancelHook = Callable[[], None]
 """Called once, on the event loop, when the request is cancelled."""
+ResponseObserver = Callable[[InferenceResponse | None, bool, ResponseTiming | None], None]
+"""Sees each delivery before ``on_response``, with the backend's timing when it has one."""
 
 
 @dataclass(slots=True)
@@ -69,6 +72,8 @@ class InferenceRequest:
     trace: RequestTrace | None = None  # set when tracing sampled this request
     # Set by a front end that streams to a client who may read slowly (inference.flow).
     response_window: ResponseWindow | None = None
+    # Set by the model (decoupled models' statistics per response).
+    observer: ResponseObserver | None = None
     # Read through ``cancelled``; set only by ``cancel`` so that the hooks run.
     _cancelled: bool = field(default=False, init=False, repr=False)
     _cancel_hooks: list[CancelHook] | None = field(default=None, init=False, repr=False)
@@ -121,13 +126,21 @@ class InferenceRequest:
             return model_outputs
         return list(self.requested_outputs)
 
-    def deliver(self, response: InferenceResponse | None, final: bool) -> None:
-        """Hand a response to whoever sent the request; call on the event loop."""
+    def deliver(
+        self,
+        response: InferenceResponse | None,
+        final: bool,
+        timing: ResponseTiming | None = None,
+    ) -> None:
+        """Hand a response to whoever sent the request; call on the event loop.
+        ``timing``: when the backend worked on it (decoupled responses)."""
         if self.final_sent:
             return
         self.final_sent = final
         if final:
             self._cancel_hooks = None  # nothing left to cancel; what they hold can go
+        if self.observer is not None:
+            self.observer(response, final, timing)
         if self.trace is not None:
             self._trace_delivery(self.trace, response, final)
         if self.on_response is not None:
@@ -150,7 +163,12 @@ class InferenceRequest:
         if final:
             trace.stamp("REQUEST_END")
 
-    def send_threadsafe(self, response: InferenceResponse | None, final: bool) -> None:
+    def send_threadsafe(
+        self,
+        response: InferenceResponse | None,
+        final: bool,
+        timing: ResponseTiming | None = None,
+    ) -> None:
         """``deliver`` from any thread but the event loop's (decoupled response senders).
 
         With a ``response_window`` this waits while the client is behind (flow control).
@@ -160,4 +178,4 @@ class InferenceRequest:
         if window is not None and response is not None and not self._cancelled:
             response.window_bytes = response_bytes(response)
             window.acquire(response.window_bytes)
-        self.loop.call_soon_threadsafe(self.deliver, response, final)
+        self.loop.call_soon_threadsafe(self.deliver, response, final, timing)

@@ -14,6 +14,7 @@ import inspect
 import json
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +42,7 @@ from pytriton_core.errors import (
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 from pytriton_core.inference.tensor import DeviceTensor, Tensor
 
 MODULE_NAME = "triton_python_backend_utils"
@@ -220,9 +221,16 @@ class PythonInstance(BackendInstance):
     def _to_pb_request(self, request: InferenceRequest) -> pb_utils.InferenceRequest:
         inputs = [self._to_pb_tensor(t) for t in request.inputs.values()]
 
+        last_sent_ns = time.monotonic_ns()  # a response's work starts after the previous one
+
         def send(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            nonlocal last_sent_ns
+            output_start_ns = time.monotonic_ns() if response is not None else 0
             core = None if response is None else self._from_pb_response(response, request)
-            request.send_threadsafe(core, final)
+            sent_ns = time.monotonic_ns()
+            timing = ResponseTiming(last_sent_ns, output_start_ns, sent_ns)
+            last_sent_ns = sent_ns
+            request.send_threadsafe(core, final, timing)
 
         return pb_utils.InferenceRequest._from_server(
             request_id=request.id,

@@ -22,7 +22,7 @@ import orjson
 from pytriton_core.errors import ServerError
 from pytriton_core.frontends.http.exchange import current_exchange
 from pytriton_core.frontends.http.messages import JSON, HttpResponse
-from pytriton_core.frontends.http.streaming import ResponseStream, sse_event
+from pytriton_core.frontends.http.streaming import ResponseStream
 from pytriton_core.inference.flow import ResponseWindow
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -88,7 +88,7 @@ class ResponseCollector:
         if document is not None:
             if self._stream is not None:
                 held = response.window_bytes if response is not None else 0
-                self._stream.push(sse_event(document), held)
+                self._stream.push(document, held)
             else:
                 self._documents.append(document)
         if final:

@@ -1,10 +1,11 @@
 """Streamed HTTP bodies: server-sent events over chunked transfer encoding.
 
 A handler that streams answers with an ``HttpResponse`` whose ``stream`` is a
-``ResponseStream``: the request's response callback encodes each response as an event and
-``push``es it on the event loop; the connection (``write_stream``) sends the events as they
-come, and no faster than the client reads them: it waits while the transport holds more than
-its high-water mark (the write-side flow control of the HTTP protocol).
+``ResponseStream``: the request's response callback encodes each response as a JSON document
+and ``push``es it on the event loop; the connection (``write_stream``) sends each as one
+event (``data: <document>``, one chunk, the document itself not copied) as they come, and
+no faster than the client reads them: it waits while the transport holds more than its
+high-water mark (the write-side flow control of the HTTP protocol).
 
 Back-pressure reaches the model through the request's ``ResponseWindow``
 (``inference.flow``): each response holds its bytes of the window until its event has left
@@ -29,23 +30,24 @@ SSE_COMMENT = b":\n\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 
 
-def sse_event(data: bytes) -> bytes:
-    """One server-sent event whose data is ``data`` (a JSON document: one line)."""
-    return b"data: " + data + b"\n\n"
+_EVENT_FIELD = b"data: "
+_EVENT_END = b"\n\n"
 
 
 class ResponseStream:
-    """Encoded events on their way from the model to one client (on the event loop)."""
+    """Events (their data: JSON documents, one line each) on their way from the model to one
+    client, on the event loop."""
 
     def __init__(self, window: ResponseWindow, content_type: bytes = EVENT_STREAM) -> None:
         self.content_type = content_type
         self.window = window
-        self._chunks: deque[tuple[bytes, int]] = deque()  # (event, window bytes it holds)
+        self._chunks: deque[tuple[bytes, int]] = deque()  # (data, window bytes it holds)
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
 
     def push(self, chunk: bytes, window_bytes: int = 0) -> None:
-        """Queue an event holding ``window_bytes`` of the window (dropped once ended)."""
+        """Queue an event's data, holding ``window_bytes`` of the window (dropped once the
+        stream has ended)."""
         if self._ended:
             self.window.release(window_bytes)
             return
@@ -102,8 +104,9 @@ async def write_stream(sink: StreamSink, stream: ResponseStream) -> bool:
     while (taken := await stream.take()) is not None:
         chunks, held = taken
         buffers: list[Buffer] = []
-        for chunk in chunks:
-            buffers += (b"%x\r\n" % len(chunk), chunk, b"\r\n")
+        for data in chunks:
+            size = len(_EVENT_FIELD) + len(data) + len(_EVENT_END)
+            buffers += (b"%x\r\n%s" % (size, _EVENT_FIELD), data, _EVENT_END + b"\r\n")
         if not sink.write_buffers(buffers):
             stream.abandon()
             return False

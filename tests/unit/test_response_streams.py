@@ -14,7 +14,7 @@ import pytest
 from pytriton_core import types
 from pytriton_core.frontends.http.generate_codec import fill_shape
 from pytriton_core.frontends.http.messages import Buffer
-from pytriton_core.frontends.http.streaming import ResponseStream, sse_event, write_stream
+from pytriton_core.frontends.http.streaming import ResponseStream, write_stream
 from pytriton_core.inference.flow import ResponseWindow, response_bytes
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
@@ -55,9 +55,9 @@ def test_events_go_out_as_chunks_then_the_last_chunk() -> None:
         sink = Sink()
         stream = ResponseStream(ResponseWindow())
         writer = asyncio.create_task(write_stream(sink, stream))
-        stream.push(sse_event(b'{"a":1}'))
+        stream.push(b'{"a":1}')
         await asyncio.sleep(0)
-        stream.push(sse_event(b'{"b":2}'))
+        stream.push(b'{"b":2}')
         stream.end()
         assert await writer is True
         return bytes(sink.written)
