@@ -20,7 +20,7 @@ from typing import Any
 
 from pytriton_core import types
 from pytriton_core.config import TensorSpec
-from pytriton_core.errors import InternalError, InvalidArgumentError, ServerError, UnsupportedError
+from pytriton_core.errors import InternalError, InvalidArgumentError, ServerError
 from pytriton_core.frontends.http.infer_codec import (
     NonFiniteData,
     dumps_json,
@@ -29,6 +29,7 @@ from pytriton_core.frontends.http.infer_codec import (
     parse_json_body,
 )
 from pytriton_core.frontends.http.messages import Buffer
+from pytriton_core.frontends.infer_rules import INT64_MAX, response_parameter_kind
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
 from pytriton_core.inference.tensor import Tensor
@@ -41,7 +42,6 @@ ONE_RESPONSE_EXPECTED = (
 )
 # What Triton 2.51 answers for a response's error, whatever its code (see event_stream).
 ERROR_STATUS = 400
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 def decode_generate_request(model: Model, body: Buffer, max_input_size: int) -> InferenceRequest:
@@ -150,7 +150,7 @@ def _parameter(key: str, value: object) -> ParameterValue:
         return value
     if isinstance(value, int):
         # Beyond int64 Triton's JSON reader has only a double for it.
-        return value if _INT64[0] <= value <= _INT64[1] else float(value)
+        return value if -INT64_MAX - 1 <= value <= INT64_MAX else float(value)
     raise InvalidArgumentError(
         f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
     )
@@ -166,11 +166,7 @@ def encode_generate_response(
     fields["model_name"] = model.name
     fields["model_version"] = str(model.version)
     for key, value in response.parameters.items():
-        if isinstance(value, bytes | bytearray):
-            raise UnsupportedError(
-                f"Response parameter '{key}' has type 'TRITONSERVER_PARAMETER_BYTES' which is "
-                "not currently supported"
-            )
+        response_parameter_kind(key, value)  # refuses what no wire carries
         fields.setdefault(key, value)  # the first of a name wins, as in Triton
     non_finite = False
     for tensor in response.outputs:

@@ -154,6 +154,7 @@ class HttpProtocol(asyncio.Protocol):
         self._registry.discard(self)
         self._transport = None
         self._pending.clear()
+        self._assembler.detach()  # a half-received body goes with the connection
         self._cancel_timers()
         self._wake_writer()
         if self._exchange is not None:
@@ -269,7 +270,7 @@ class HttpProtocol(asyncio.Protocol):
             completed = await write_stream(self, stream)
         finally:
             self._streaming = False
-        if not completed or not keep_alive:
+        if not completed or not keep_alive or self._closing:  # the server stops meanwhile
             self._close_transport()
 
     # The sink write_stream writes to.
