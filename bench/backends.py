@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's root holds the 
 from bench import frameworks, toolbox
 from bench.clients.perf_analyzer import PerfAnalyzer, PerfAnalyzerRun
 from bench.scenarios import MLP_HIDDEN, MLP_IN_FEATURES, MLP_OUT_FEATURES
-from bench.servers import OURS, run_server
+from bench.servers import OURS, RunningServer, run_server
 
 CONCURRENCY = 16
 RAW_SECONDS_PER_BATCH_SIZE = 2.0
@@ -60,23 +60,38 @@ def measure(
             model=model.name,
             input_name=model.input,
         )
-        analyzer.measure(run, logs, f"{backend}-warmup")  # as the bench's framework rows
-        before = server.counts(model.name)
-        rates = [
-            analyzer.measure(run, logs, f"{backend}-w{index + 1}").throughput
-            for index in range(args.windows)
-        ]
-        after = server.counts(model.name)
-    if before is None or after is None:
-        raise RuntimeError("the server's statistics extension did not answer")
+        served, batches = served_throughput(analyzer, server, run, logs, backend, args.windows)
     (mix,) = frameworks.raw_mixes(
         backend,
         repository,
-        [after.since(before).batches],
+        [batches],
         seconds_per_size=RAW_SECONDS_PER_BATCH_SIZE,
         threads=args.threads,
     )
-    return Result(backend, statistics.median(rates), mix)
+    return Result(backend, served, mix)
+
+
+def served_throughput(
+    analyzer: PerfAnalyzer,
+    server: RunningServer,
+    run: PerfAnalyzerRun,
+    logs: Path,
+    tag: str,
+    windows: int,
+) -> tuple[float, dict[int, int]]:
+    """perf_analyzer's throughput on ``run`` (the median of ``windows`` runs after one to
+    warm up, as the bench's framework rows), and the batches the server formed meanwhile
+    (size -> executions)."""
+    analyzer.measure(run, logs, f"{tag}-warmup")
+    before = server.counts(run.model)
+    rates = [
+        analyzer.measure(run, logs, f"{tag}-w{index + 1}").throughput for index in range(windows)
+    ]
+    after = server.counts(run.model)
+    if before is None or after is None:
+        raise RuntimeError("the server's statistics extension did not answer")
+    batches = {size: count for size, count in after.since(before).batches.items() if count}
+    return statistics.median(rates), batches
 
 
 def print_table(results: list[Result], args: argparse.Namespace) -> None:

@@ -34,7 +34,7 @@ import numpy as np
 from bench.scenarios import MLP_HIDDEN, MLP_IN_FEATURES, MLP_OUT_FEATURES
 from bench.toolbox import REPO_ROOT
 
-FRAMEWORK_MODELS_FILE = REPO_ROOT / "tests" / "integration" / "framework_models.py"
+INTEGRATION_TESTS = REPO_ROOT / "tests" / "integration"
 MAX_BATCH_SIZE = 16
 THREADS = 1
 RAW_ROUNDS = 5
@@ -67,18 +67,24 @@ MODELS = {
 }
 
 
-def framework_models() -> ModuleType:
-    """tests/integration/framework_models.py (the tests import it as ``framework_models``)."""
-    module = sys.modules.get("framework_models")
+def integration_module(name: str) -> ModuleType:
+    """``tests/integration/<name>.py``, imported as the tests import it (as ``name``)."""
+    module = sys.modules.get(name)
     if module is not None:
         return module
-    spec = importlib.util.spec_from_file_location("framework_models", FRAMEWORK_MODELS_FILE)
+    path = INTEGRATION_TESTS / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot import {FRAMEWORK_MODELS_FILE}")
+        raise RuntimeError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["framework_models"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def framework_models() -> ModuleType:
+    """tests/integration/framework_models.py, the MLP's builder."""
+    return integration_module("framework_models")
 
 
 def mlp_size() -> Any:
@@ -178,7 +184,11 @@ def raw_runner(backend: str, repository: Path, threads: int = THREADS) -> Callab
 
 
 def raw_throughputs(
-    run: Callable[[Any], Any], sizes: Iterable[int], seconds: float, rounds: int = RAW_ROUNDS
+    run: Callable[[Any], Any],
+    sizes: Iterable[int],
+    seconds: float,
+    rounds: int = RAW_ROUNDS,
+    features: int = MLP_IN_FEATURES,
 ) -> dict[int, float]:
     """Inferences/s of ``run`` in a loop, per batch size: the best of ``rounds`` windows of
     ``seconds / rounds`` each.
@@ -188,7 +198,7 @@ def raw_throughputs(
     least disturbed (so served/raw errs low).
     """
     rng = np.random.default_rng(0)
-    batches = {n: rng.standard_normal((n, MLP_IN_FEATURES), np.float32) for n in sorted(sizes)}
+    batches = {n: rng.standard_normal((n, features), np.float32) for n in sorted(sizes)}
     for x in batches.values():
         for _ in range(RAW_WARMUP_CALLS):
             run(x)

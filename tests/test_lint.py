@@ -19,6 +19,10 @@ IMPORTED_ONLY_BY = {
     "onnxruntime": ("pytriton_core.backends.onnxruntime",),
     "openvino": ("pytriton_core.backends.openvino",),
     "tensorrt": ("pytriton_core.backends.tensorrt",),
+    "treelite": ("pytriton_core.backends.fil",),
+    "tl2cgen": ("pytriton_core.backends.fil",),
+    "lightgbm": ("pytriton_core.backends.fil",),
+    "xgboost": ("pytriton_core.backends.fil",),
     "grpc": ("pytriton_core.frontends.grpc",),
     "httptools": ("pytriton_core.frontends.http",),
 }

@@ -47,6 +47,9 @@ missing=()
   2>/dev/null || missing+=("onnxruntime-gpu>=1.17")
 "$PYTHON" -c 'import cupy' 2>/dev/null || missing+=("cupy-cuda12x>=13")
 "$PYTHON" -c 'import tensorrt' 2>/dev/null || missing+=("tensorrt>=10")
+# Tree models on the GPU: XGBoost's CUDA build (the test extra's xgboost-cpu has none).
+"$PYTHON" -c 'import sys, xgboost; sys.exit(not xgboost.build_info().get("USE_CUDA"))' \
+  2>/dev/null || missing+=("xgboost>=2.1")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "gpu-checks: installing ${missing[*]} into $GPU_SITE"
   if pip_install --target "$GPU_SITE" --upgrade "${missing[@]}"; then
@@ -58,7 +61,7 @@ fi
 
 "$PYTHON" - <<'EOF'
 import importlib
-for name in ("torch", "onnxruntime", "cupy", "tensorrt"):
+for name in ("torch", "onnxruntime", "cupy", "tensorrt", "xgboost"):
     try:
         module = importlib.import_module(name)
         print(f"gpu-checks: {name} {getattr(module, '__version__', '?')}")

@@ -48,6 +48,7 @@ class PerfAnalyzerRun:
     shared_memory: str = "none"  # "none" or "system"
     model: str = MODEL_NAME
     input_name: str = INPUT_NAME  # its one input, [elements] per request
+    batch_size: int = 1  # -b: rows per request, for models with a batch dimension
 
 
 class PerfAnalyzer:
@@ -87,6 +88,8 @@ class PerfAnalyzer:
             "-f",
             str(csv_path),
         ]
+        if run.batch_size != 1:
+            command += ["-b", str(run.batch_size)]
         if run.shared_memory != "none":
             # The output's shape is variable ([-1]): perf_analyzer needs its region size.
             command += [

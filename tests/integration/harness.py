@@ -39,7 +39,7 @@ REAL_TRITON_TOOL = REPO_ROOT.parent / "shared" / "tools" / "real-triton"
 PERF_ANALYZER_INSTALLER = REPO_ROOT / "tools" / "install-perf-analyzer.sh"
 PROJECT_PERF_ANALYZER = REPO_ROOT / ".cache" / "perf-analyzer" / "bin" / "perf_analyzer"
 
-READY_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 180.0  # a wait, not a limit: loaded machines start the real Triton slowly
 STOP_TIMEOUT_S = 10.0
 LOOPBACK = "127.0.0.1"
 
@@ -161,6 +161,16 @@ def run_pytriton_server(
         timeout=timeout,
     ) as handle:
         yield handle
+
+
+def batch_counts(client: Any, model: str) -> dict[int, int]:
+    """``model``'s executions so far by batch size (the statistics' ``batch_stats``), from a
+    tritonclient HTTP client."""
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    return {
+        int(entry["batch_size"]): int(entry["compute_infer"]["count"])
+        for entry in stats.get("batch_stats", [])
+    }
 
 
 def require_real_triton() -> Path:

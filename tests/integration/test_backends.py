@@ -21,7 +21,7 @@ import framework_models as fm
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from harness import ServerHandle, pytriton_cli_flags, run_pytriton_server
+from harness import ServerHandle, batch_counts, pytriton_cli_flags, run_pytriton_server
 from tritonclient.utils import InferenceServerException
 
 ort = pytest.importorskip("onnxruntime", reason="the onnxruntime extra is not installed")
@@ -280,7 +280,7 @@ def test_dynamic_batching(server: ServerHandle, repository: Path, model: str) ->
     input_name, output_name, reference_builder = MLP_MODELS[model]
     reference = reference_builder(repository)
     client = httpclient.InferenceServerClient(server.http_url, concurrency=16)
-    before = _batch_counts(client, model)
+    before = batch_counts(client, model)
     sizes = [1, 2, 1, 3, 1, 1, 2, 1]  # 12 rows: at most 8 per batch
     xs = [_inputs(rows, seed=100 + i) for i, rows in enumerate(sizes)]
     pending = []
@@ -291,19 +291,11 @@ def test_dynamic_batching(server: ServerHandle, repository: Path, model: str) ->
     for x, request in zip(xs, pending, strict=True):
         served = request.get_result().as_numpy(output_name)
         np.testing.assert_allclose(served, reference(x), rtol=1e-5, atol=1e-5)
-    after = _batch_counts(client, model)
+    after = batch_counts(client, model)
     formed = {size: after[size] - before.get(size, 0) for size in after}
     assert sum(size * count for size, count in formed.items()) == sum(sizes)
     assert max(size for size, count in formed.items() if count) > 1, formed
     client.close()
-
-
-def _batch_counts(client: httpclient.InferenceServerClient, model: str) -> dict[int, int]:
-    stats = client.get_inference_statistics(model)["model_stats"][0]
-    return {
-        int(entry["batch_size"]): int(entry["compute_infer"]["count"])
-        for entry in stats.get("batch_stats", [])
-    }
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -21,6 +21,7 @@ BACKENDS: dict[str, BackendEntry] = {
     "pytorch": BackendEntry("pytriton_core.backends.pytorch", "torch"),
     "openvino": BackendEntry("pytriton_core.backends.openvino", "openvino"),
     "tensorrt": BackendEntry("pytriton_core.backends.tensorrt", "gpu"),
+    "fil": BackendEntry("pytriton_core.backends.fil", "fil"),
 }
 
 

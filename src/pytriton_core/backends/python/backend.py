@@ -8,7 +8,6 @@ there is no stub process and no /dev/shm pool: tensors stay numpy arrays end to 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import inspect
 import json
@@ -58,10 +57,10 @@ def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
     return location.version_dir / (default_model_filename or "model.py")
 
 
-def _running_model(location: ModelLocation) -> contextlib.AbstractContextManager[None]:
+def _running_model(location: ModelLocation) -> pb_utils.ModelContext:
     """What model code sees while it runs: its folder (``get_model_dir``) and its server's
     custom metrics."""
-    return pb_utils.model_context(str(location.model_dir), location.custom_metrics)
+    return pb_utils.ModelContext(str(location.model_dir), location.custom_metrics)
 
 
 def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
@@ -155,7 +154,9 @@ class PythonInstance(BackendInstance):
         self._spec = spec
         self._staging = model._location.host_staging  # GPU outputs' host copies
         self._async_loop: asyncio.AbstractEventLoop | None = None
-        with _running_model(model._location):
+        # Entered around every call into the model; one per instance (one worker thread).
+        self._running = _running_model(model._location)
+        with self._running:
             self._python_model = model._module.TritonPythonModel()
             if inspect.iscoroutinefunction(self._python_model.execute):
                 self._async_loop = asyncio.new_event_loop()
@@ -176,7 +177,7 @@ class PythonInstance(BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         pb_requests = [self._to_pb_request(r) for r in requests]
         timing.mark_input_done()
-        with _running_model(self._model._location):
+        with self._running:
             try:
                 result = self._run(self._python_model.execute(pb_requests))
             except Exception as exc:
@@ -213,7 +214,7 @@ class PythonInstance(BackendInstance):
     def finalize(self) -> None:
         finalize = getattr(self._python_model, "finalize", None)
         if finalize is not None:
-            with _running_model(self._model._location):
+            with self._running:
                 self._run(finalize())
         if self._async_loop is not None:
             self._async_loop.close()

@@ -36,7 +36,7 @@ Server-facing hooks (private names; the backend and the server drive these, mode
   becomes an error response, as Triton reports failed BLS calls.
 * ``model_dir_context(path)``: context manager that sets what ``get_model_dir()`` returns
   (a context variable, so concurrent models in one process each see their own);
-  ``model_context(path, metrics)`` sets it and the metric registry below together.
+  ``ModelContext(path, metrics)`` sets it and the metric registry below together.
 * ``metric_registry_context(registry)`` (context manager), ``set_metric_registry(registry)
   -> previous`` / ``metric_registry()``: the server's :class:`MetricRegistry` that
   ``MetricFamily`` objects created in the current context keep their values in (a context
@@ -68,7 +68,12 @@ from pytriton_core.backends.python.pb_utils_config import (
     using_decoupled_model_transaction_policy,
 )
 from pytriton_core.backends.python.pb_utils_errors import TritonError, TritonModelException
-from pytriton_core.backends.python.pb_utils_metrics import Metric, MetricFamily, MetricKind
+from pytriton_core.backends.python.pb_utils_metrics import (
+    Metric,
+    MetricFamily,
+    MetricKind,
+    active_registry,
+)
 from pytriton_core.backends.python.pb_utils_metrics import MetricRegistry as MetricRegistry
 from pytriton_core.backends.python.pb_utils_metrics import metric_registry as metric_registry
 from pytriton_core.backends.python.pb_utils_metrics import (
@@ -656,18 +661,26 @@ def model_dir_context(path: str) -> Iterator[None]:
         _model_dir.reset(token)
 
 
-@contextlib.contextmanager
-def model_context(path: str, metrics: MetricRegistry | None) -> Iterator[None]:
-    """Inside the block, model code sees ``path`` as ``get_model_dir()`` and creates its
-    ``MetricFamily`` objects in ``metrics`` (its server's registry): the backend's hook
-    around a model's import, initialize, execute and finalize."""
-    token = _model_dir.set(path)
-    previous = set_metric_registry(metrics)
-    try:
-        yield
-    finally:
-        set_metric_registry(previous)
-        _model_dir.reset(token)
+class ModelContext:
+    """What model code sees while the server runs it: ``path`` as ``get_model_dir()``, and
+    ``metrics`` (its server's registry) for the ``MetricFamily`` objects it creates. The
+    backend's hook, entered around a model's import, initialize, execute and finalize; one
+    object serves every call (a class, not a generator: ``execute`` enters it per batch)."""
+
+    __slots__ = ("_metrics", "_path", "_tokens")
+
+    def __init__(self, path: str, metrics: MetricRegistry | None) -> None:
+        self._path = path
+        self._metrics = metrics
+        self._tokens: list[tuple[contextvars.Token[str | None], Any]] = []
+
+    def __enter__(self) -> None:
+        self._tokens.append((_model_dir.set(self._path), active_registry.set(self._metrics)))
+
+    def __exit__(self, *exc_info: object) -> None:
+        path_token, metrics_token = self._tokens.pop()
+        active_registry.reset(metrics_token)
+        _model_dir.reset(path_token)
 
 
 def get_model_dir() -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "MetricKind",
     "MetricRegistry",
     "MetricSample",
+    "active_registry",
     "metric_registry",
     "metric_registry_context",
     "set_metric_registry",
@@ -46,32 +47,32 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 # The registry of the server whose model code runs in this context: the Python backend sets
 # it around a model's import, initialize, execute and finalize (``metric_registry_context``),
 # so that two servers in one process keep their families apart.
-_current: contextvars.ContextVar[MetricRegistry | None] = contextvars.ContextVar(
+active_registry: contextvars.ContextVar[MetricRegistry | None] = contextvars.ContextVar(
     "pytriton_core_metric_registry", default=None
 )
 
 
 def metric_registry() -> MetricRegistry | None:
     """The registry that families created in this context go to (None outside model code)."""
-    return _current.get()
+    return active_registry.get()
 
 
 def set_metric_registry(registry: MetricRegistry | None) -> MetricRegistry | None:
     """Make ``registry`` hold the families created from now on in this context (a thread's
     own, or an asyncio task's); returns the previous one."""
-    previous = _current.get()
-    _current.set(registry)
+    previous = active_registry.get()
+    active_registry.set(registry)
     return previous
 
 
 @contextlib.contextmanager
 def metric_registry_context(registry: MetricRegistry | None) -> Iterator[None]:
     """Families created inside the block go to ``registry`` (the backends' server hook)."""
-    token = _current.set(registry)
+    token = active_registry.set(registry)
     try:
         yield
     finally:
-        _current.reset(token)
+        active_registry.reset(token)
 
 
 class MetricFamily:
@@ -92,7 +93,7 @@ class MetricFamily:
             metric_kind = MetricKind(kind)
         except ValueError:
             raise TritonModelException(f"Unknown metric kind {kind!r}") from None
-        registry = _current.get()
+        registry = active_registry.get()
         if registry is None:
             raise TritonModelException(
                 f"Error when creating MetricFamily '{name}': custom metrics can be created "
