@@ -10,6 +10,12 @@ from types import MappingProxyType
 
 import uvloop
 
+from pytriton_core.backends.settings import backend_config_notes
+from pytriton_core.cli_server_flags import (
+    add_server_flag_arguments,
+    server_flag_options,
+    startup_notes,
+)
 from pytriton_core.cli_telemetry import add_telemetry_arguments, telemetry_options
 from pytriton_core.errors import ServerError
 from pytriton_core.options import (
@@ -111,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     # --allow-sagemaker=false).
     for flag in ("--allow-sagemaker", "--allow-vertex-ai"):
         add(flag, type=_false_only, default=False, metavar="false")
+    add_server_flag_arguments(parser, _bool)
     return parser
 
 
@@ -171,7 +178,8 @@ def _add_grpc_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
     return GrpcOptions(
-        **{option: getattr(args, _GRPC_DEST + option) for option, _ in _GRPC_FLAGS.values()}
+        **{option: getattr(args, _GRPC_DEST + option) for option, _ in _GRPC_FLAGS.values()},
+        header_forward_pattern=args.grpc_header_forward_pattern,
     )
 
 
@@ -230,7 +238,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     backend_config: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
         backend_config.setdefault(backend, {})[key] = value
-    repositories = tuple(args.model_repository or [bundled_repository()])
+    # A folder given twice (--model-repository and --model-store, say) is one repository,
+    # as in tritonserver, which keeps them in a set.
+    given = args.model_repository or [bundled_repository()]
+    repositories = tuple({path.resolve(): path for path in given}.values())
     for repository in repositories:
         if not repository.is_dir():
             raise SystemExit(f"error: model repository '{repository}' is not a folder")
@@ -259,6 +270,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
+        **server_flag_options(args),
         **telemetry_options(args, _bool),
         backend_config=MappingProxyType(
             {k: MappingProxyType(v) for k, v in backend_config.items()}
@@ -271,9 +283,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = options_from_args(args)
     runtime = ServerRuntime(options)
     runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
+    pool_size = args.grpc_option_infer_allocation_pool_size
+    notes = startup_notes(args, pool_size != GrpcOptions().infer_allocation_pool_size)
+    for note in (*notes, *backend_config_notes(options.backend_config)):
+        log.info("%s", note)
     try:
-        uvloop.run(runtime.run_until_signalled())
+        return uvloop.run(runtime.run_until_signalled())
     except ServerError as exc:
-        log.error("%s", exc.message)
+        # As tritonserver reports a server that could not start.
+        log.error("error: creating server: %s", exc.status_text.replace(": ", " - ", 1))
         return 1
-    return 0

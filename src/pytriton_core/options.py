@@ -57,6 +57,9 @@ class GrpcOptions:
     max_connection_age_ms: int | None = None  # None: connections live on
     max_connection_age_grace_ms: int | None = None
     reuse_port: bool = False
+    # --grpc-header-forward-pattern: request headers (metadata) whose names match reach the
+    # model as request parameters; None: none do.
+    header_forward_pattern: str | None = None
     use_ssl: bool = False
     use_ssl_mutual: bool = False  # implies use_ssl, and requires client certificates
     server_cert: Path | None = None
@@ -154,6 +157,10 @@ class ServerOptions:
     # An idle keep-alive connection (no request since its last answer) is closed after this
     # many seconds; 0 keeps idle connections open, as Triton does.
     http_keepalive_timeout_s: float = 300.0
+    reuse_http_port: bool = False  # SO_REUSEPORT: several servers share the port
+    # --http-header-forward-pattern: headers whose names match reach the model as request
+    # parameters; None: none do.
+    http_header_forward_pattern: str | None = None
 
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
@@ -174,6 +181,13 @@ class ServerOptions:
     strict_readiness: bool = True
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
+    model_load_thread_count: int = 4  # models (and versions) loading at once
+    model_load_retry_count: int = 0  # further attempts at a version that failed to load
+    model_namespacing: bool = False  # one namespace per repository: a name may repeat
+    # GPUs below it are not used (Triton's default with GPU support: 6.0).
+    min_supported_compute_capability: float = 6.0
+    # device id -> fraction of its memory in use past which a model load is rejected
+    model_load_gpu_limit: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
     log: LogOptions = field(default_factory=LogOptions)
     trace: TraceOptions = field(default_factory=TraceOptions)
     # backend name ("" for global keys) -> key -> value, from --backend-config

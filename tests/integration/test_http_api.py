@@ -212,9 +212,9 @@ def test_model_metadata_lists_versions(
 
 @pytest.mark.parametrize("suffix", ["", "/config"])
 def test_model_metadata_and_config_of_unknown_model(server: ServerHandle, suffix: str) -> None:
-    # protocol.md §0.1: an unknown model is INVALID_ARG (400). Triton 2.51 answers 404 here.
+    # protocol.md §0.1: an unknown model is NOT_FOUND (404), as Triton 2.51 answers.
     assert raw(server, "GET", f"/v2/models/nope{suffix}") == (
-        400,
+        404,
         error("Request for unknown model: 'nope' is not found"),
     )
 

@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass
 
 from pytriton_core.backends.base import Backend
-from pytriton_core.errors import UnsupportedError
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,12 @@ class BackendRegistry:
             return existing
         entry = BACKENDS.get(name)
         if entry is None:
+            # Triton's words when no backend library has the name; the list is ours.
             known = ", ".join(sorted(BACKENDS))
-            raise UnsupportedError(f"unknown backend '{name}' (this server provides: {known})")
+            raise InvalidArgumentError(
+                f"unable to find backend library for backend '{name}', try specifying runtime "
+                f"on the model configuration. (this server provides: {known})"
+            )
         try:
             module = importlib.import_module(entry.module)
         except ImportError as exc:

@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 
 from pytriton_core import types
 from pytriton_core._version import __version__
-from pytriton_core.config import TensorSpec, config_from_json
+from pytriton_core.config import TensorSpec
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
@@ -217,8 +217,7 @@ class InferenceService:
     ) -> None:
         """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
         self._require_explicit_mode()
-        override = config_from_json(config) if config else None
-        await self._manager.load(name, override, files)
+        await self._manager.load(name, config, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._require_explicit_mode()

@@ -65,7 +65,8 @@ def _running_model(location: ModelLocation) -> pb_utils.ModelContext:
 
 def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
     if not path.is_file():
-        raise ModelConfigError(f"unable to find '{path}' for model '{location.name}'")
+        # The words of Triton's stub (Triton 2.51 itself then waits forever for the stub).
+        raise InternalError(f"Python model file not found in '{path}'")
     _install_pb_utils()
     module_name = f"_pytriton_model_{location.name}_{location.version}"
     with _import_lock, _running_model(location):
@@ -79,9 +80,7 @@ def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
-            raise InternalError(
-                f"failed to load model '{location.name}': {type(exc).__name__}: {exc}"
-            ) from exc
+            raise model_code_error(exc) from exc
     if not hasattr(module, "TritonPythonModel"):
         raise InternalError(
             f"failed to load model '{location.name}': {path} defines no class TritonPythonModel"
@@ -100,7 +99,10 @@ class PythonBackend(Backend):
         if hook is None:
             return
         with _running_model(location):
-            completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+            try:
+                completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+            except Exception as exc:
+                raise model_code_error(exc) from exc
         if not isinstance(completed, pb_utils.ModelConfig):
             raise ModelConfigError(
                 f"auto_complete_config function in model '{location.name}' must return a "
@@ -162,7 +164,10 @@ class PythonInstance(BackendInstance):
                 self._async_loop = asyncio.new_event_loop()
             initialize = getattr(self._python_model, "initialize", None)
             if initialize is not None:
-                self._run(initialize(args))
+                try:
+                    self._run(initialize(args))
+                except Exception as exc:
+                    raise model_code_error(exc) from exc
 
     def _run(self, result: Any) -> Any:
         """Run a hook's result to completion when the hook was ``async def``."""
@@ -289,6 +294,12 @@ class PythonInstance(BackendInstance):
                 device = tensor._server_device_array(self._staging)
                 outputs.append(DeviceTensor(tensor.name(), datatype, device))
         return InferenceResponse(outputs=outputs, parameters=parameters)
+
+
+def model_code_error(exc: BaseException) -> InternalError:
+    """An exception raised by model code (import, auto-complete, initialize), as Triton's
+    stub reports it: ``<type>: <message>`` and the model's frames."""
+    return InternalError(f"{type(exc).__name__}: {exc}{_model_frames(exc)}")
 
 
 def _model_frames(exc: BaseException) -> str:

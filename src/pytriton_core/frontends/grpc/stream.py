@@ -24,6 +24,7 @@ from pytriton_core.frontends.grpc.infer_codec import (
     encode_stream_completion,
     encode_stream_error,
     encode_stream_response,
+    forward_metadata,
     read_request,
 )
 from pytriton_core.inference.request import InferenceRequest
@@ -79,6 +80,7 @@ class InferStream:
             message, raw = read_request(data)
             request_id = message.id
             decoded = decode_infer_request(self._service, message, raw, unary=False)
+            forward_metadata(decoded.request, self._context, self._service.options.grpc)
             self._service.check_accepting()
             request = decoded.request
             request.trace = self._service.start_trace(decoded.model)

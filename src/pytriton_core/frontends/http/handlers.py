@@ -33,6 +33,7 @@ from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.frontends.http.settings_handlers import add_settings_routes
 from pytriton_core.frontends.http.shm_handlers import add_shared_memory_routes
 from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
+from pytriton_core.inference.header_forwarding import compile_pattern, forward_headers
 from pytriton_core.repository.overrides import FILE_PREFIX
 from pytriton_core.service import InferenceService
 
@@ -43,6 +44,7 @@ _REPOSITORY = r"/v2/repository(?:/(?P<repository>[^/]+))?"
 
 def build_router(service: InferenceService) -> Router:
     router = Router()
+    forwarded = compile_pattern(service.options.http_header_forward_pattern)
 
     async def live(request: Request, match: RouteMatch) -> HttpResponse:
         return EMPTY_OK if service.is_live() else HttpResponse(400)
@@ -88,10 +90,13 @@ def build_router(service: InferenceService) -> Router:
             refusal.headers.append((b"Accept-Encoding", exc.accepted))
             return refusal
         header_length = _header_length(request, len(body))
+        reserved = STREAM_PARAMETERS if event_stream else ()
+        decoded = decode_infer_request(model, body, header_length, service, reserved)
+        if forwarded is not None:
+            headers = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
+            forward_headers(decoded.request, headers, forwarded)
         if event_stream:
-            decoded = decode_infer_request(model, body, header_length, service, STREAM_PARAMETERS)
             return await stream_infer(service, model, decoded)
-        decoded = decode_infer_request(model, body, header_length, service)
         current_exchange().on_client_gone(decoded.request.cancel)
         response = await service.infer(model, decoded.request)
         trace = decoded.request.trace

@@ -18,6 +18,7 @@ A connection left idle between requests for ``idle_timeout_s`` is closed.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import time
@@ -34,7 +35,7 @@ from pytriton_core._native.http_framing import (
     build_response_head,
     framing_error,
 )
-from pytriton_core.errors import ServerError
+from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE, Exchange
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.messages import (
@@ -57,6 +58,9 @@ _PROBED_COMMENT = b"%x\r\n%s\r\n" % (len(SSE_COMMENT), SSE_COMMENT)
 _PEER_CHECK_FIRST_S = 0.002
 _PEER_CHECK_MAX_S = 0.05
 
+# --log-verbose=1 logs each request as Triton does, its method as libevhtp numbers it.
+_METHOD_CODES = {"GET": 0, "HEAD": 1, "POST": 2, "PUT": 3, "DELETE": 4, "OPTIONS": 8, "PATCH": 15}
+
 
 @dataclass(frozen=True, slots=True)
 class _BrokenStream:
@@ -78,13 +82,19 @@ class HttpFrontend:
         options = self._service.options
         max_body = options.http_max_input_size
         idle_timeout = options.http_keepalive_timeout_s or None
-        self._server = await loop.create_server(
-            lambda: HttpProtocol(self._router, max_body, self._connections, idle_timeout),
-            host,
-            port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: HttpProtocol(self._router, max_body, self._connections, idle_timeout),
+                host,
+                port,
+                reuse_address=True,
+                reuse_port=options.reuse_http_port,
+                backlog=1024,
+            )
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:  # tritonserver's words
+                raise UnavailableError(f"Socket '{host}:{port}' already in use") from None
+            raise UnavailableError(f"failed to start HTTP service: {exc}") from None
         bound_port: int = self._server.sockets[0].getsockname()[1]
         log.info("Started HTTPService at %s:%d", host, bound_port)
         return bound_port
@@ -234,6 +244,9 @@ class HttpProtocol(asyncio.Protocol):
 
     async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
         RECEIVED.set((received_start, received_end))  # this task's own context
+        if log.isEnabledFor(logging.DEBUG):
+            code = _METHOD_CODES.get(request.method, -1)
+            log.debug("HTTP request: %d %s", code, request.path)
         exchange = self._exchange = Exchange()
         CURRENT_EXCHANGE.set(exchange)
         self._http11 = request.http_version == "1.1"
