@@ -5,8 +5,7 @@ of the answer or of every event), for a decoupled model and one that is not.
 Compared exactly except where Triton's answer is not its extension's doing: the ``params``
 output (the model's ``request.parameters()`` text) is compared as the JSON it holds, since
 the Python backends format that text differently. Not sent: bodies that fail to parse (the
-JSON libraries word their errors differently) and unknown models (how a lookup failure maps
-to a status is the model repository's, the same for every endpoint).
+JSON libraries word their errors differently).
 """
 
 from __future__ import annotations
@@ -77,6 +76,7 @@ CASES: dict[str, tuple[str, Any]] = {
     "echo-id-not-string": ("echo/generate", {"text_input": "t", "id": 3}),
     "echo-not-an-object": ("echo/generate", [1, 2]),
     "echo-unknown-version": ("echo/versions/5/generate", {"text_input": "t"}),
+    "unknown-model": ("nope/generate_stream", {"text_input": "t"}),
 }
 
 
