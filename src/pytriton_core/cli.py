@@ -11,6 +11,7 @@ from types import MappingProxyType
 import uvloop
 
 from pytriton_core.backends.settings import backend_config_notes
+from pytriton_core.cli_restricted import add_restricted_arguments, restricted_options
 from pytriton_core.cli_server_flags import (
     add_server_flag_arguments,
     server_flag_options,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--grpc-address", default="0.0.0.0")
     add("--grpc-port", type=int, default=8001)
     _add_grpc_arguments(parser)
+    add_restricted_arguments(parser)
     _add_memory_arguments(parser)
     add("--allow-metrics", type=_bool, default=True, metavar="BOOL")
     add("--metrics-address", default=None)
@@ -256,6 +258,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc=_grpc_options(args),
+        restricted=restricted_options(args),
         memory=_memory_options(args),
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,

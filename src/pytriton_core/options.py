@@ -145,6 +145,54 @@ class MemoryOptions:
     )
 
 
+# --- --http-restricted-api / --grpc-restricted-protocol (parsed and checked in restricted.py)
+
+
+class ApiCategory(enum.Enum):
+    """Triton's restricted categories (``RESTRICTED_CATEGORY_NAMES``), in its order."""
+
+    HEALTH = "health"
+    METADATA = "metadata"
+    INFERENCE = "inference"
+    SHARED_MEMORY = "shared-memory"
+    MODEL_CONFIG = "model-config"
+    MODEL_REPOSITORY = "model-repository"
+    STATISTICS = "statistics"
+    TRACE = "trace"
+    LOGGING = "logging"
+
+
+@dataclass(frozen=True)
+class Restriction:
+    header: str  # the header (HTTP) or metadata key (gRPC, prefixed) a request must carry
+    value: str  # ... with exactly this value
+
+
+def _no_restrictions() -> Mapping[ApiCategory, Restriction]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class RestrictedApis:
+    """The restricted categories of one protocol and what each requires."""
+
+    by_category: Mapping[ApiCategory, Restriction] = field(default_factory=_no_restrictions)
+
+    def get(self, category: ApiCategory) -> Restriction | None:
+        return self.by_category.get(category)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_category)
+
+
+@dataclass(frozen=True)
+class RestrictedOptions:
+    """``--http-restricted-api`` and ``--grpc-restricted-protocol``, resolved."""
+
+    http: RestrictedApis = field(default_factory=RestrictedApis)
+    grpc: RestrictedApis = field(default_factory=RestrictedApis)
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     model_repositories: tuple[Path, ...] = ()
@@ -166,6 +214,8 @@ class ServerOptions:
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc: GrpcOptions = field(default_factory=GrpcOptions)
+    # --http-restricted-api / --grpc-restricted-protocol
+    restricted: RestrictedOptions = field(default_factory=RestrictedOptions)
     memory: MemoryOptions = field(default_factory=MemoryOptions)
 
     allow_metrics: bool = True

@@ -17,6 +17,7 @@ from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.metrics import MetricsEndpoint, MetricsReporter
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
+from pytriton_core.restricted import open_repository_api_warning
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import TraceManager
 
@@ -79,6 +80,14 @@ class ServerRuntime:
             tracer=self._tracer,
             log_control=self.log_control,
         )
+        warning = open_repository_api_warning(
+            self.options.restricted,
+            explicit_mode=self.options.model_control_mode is ModelControlMode.EXPLICIT,
+            http=self.options.allow_http,
+            grpc=self.options.allow_grpc,
+        )
+        if warning is not None:
+            log.warning("%s", warning)
         failed = await manager.load_startup_models()
         if failed:
             # Triton's words; which models and why are in the log lines above.

@@ -351,6 +351,44 @@ def _print_log(handle: ServerHandle) -> None:
     print(f"----- {handle.name} log ({handle.log_path}) -----\n{handle.log()}", file=sys.stderr)
 
 
+# ------------------------------------------------------------------ small helpers
+
+
+def http_exchange(
+    server: ServerHandle,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, str | None, bytes]:
+    """One request on a fresh connection, the path sent as given (no client-side quoting):
+    (status, Content-Type, body)."""
+    host, port = server.http_url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request(method, path, body=body, headers=dict(headers or {}))
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type"), response.read()
+    finally:
+        connection.close()
+
+
+def write_python_model(root: Path, name: str, config: str, source: str) -> Path:
+    """``<root>/<name>/config.pbtxt`` and ``<root>/<name>/1/model.py``."""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(config)
+    (root / name / "1" / "model.py").write_text(source)
+    return root / name
+
+
+def memory_kib(pid: int, field: str = "VmRSS") -> int:
+    """A /proc/<pid>/status memory figure in KiB: VmRSS now, VmHWM the peak so far."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise ServerError(f"no {field} for process {pid}")
+
+
 # Datatype -> a test array for the dtype_* identity models; every value survives the round
 # trip exactly.
 DTYPE_CASES: dict[str, np.ndarray] = {

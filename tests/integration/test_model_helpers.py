@@ -49,11 +49,6 @@ def test_triton_gives_each_model_its_own_helper(tmp_path: Path) -> None:
         assert _answers(server) == {"first": 1.0, "second": 2.0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each Python model importing its own helper modules is the security work's "
-    "(in-process models share sys.path and sys.modules); remove this mark when it lands",
-)
 def test_each_model_imports_its_own_helper(tmp_path: Path) -> None:
     with run_pytriton_server(_repository(tmp_path)) as server:
         assert _answers(server) == {"first": 1.0, "second": 2.0}

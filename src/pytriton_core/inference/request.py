@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pytriton_core.inference.flow import ResponseWindow, response_bytes
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
 from pytriton_core.inference.statistics import ResponseTiming
-from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor import GuardedTensor, Tensor
 
 if TYPE_CHECKING:
     from pytriton_core.tracing import RequestTrace
@@ -133,12 +133,20 @@ class InferenceRequest:
         timing: ResponseTiming | None = None,
     ) -> None:
         """Hand a response to whoever sent the request; call on the event loop.
-        ``timing``: when the backend worked on it (decoupled responses)."""
+        ``timing``: when the backend worked on it (decoupled responses).
+
+        A response computed from an input whose memory its client took away meanwhile
+        (``GuardedTensor``) is replaced by that error."""
         if self.final_sent:
             return
         self.final_sent = final
         if final:
             self._cancel_hooks = None  # nothing left to cancel; what they hold can go
+        if response is not None and response.error is None:
+            for tensor in self.inputs.values():
+                if isinstance(tensor, GuardedTensor) and (lost := tensor.lost()) is not None:
+                    response = InferenceResponse.failed(lost)
+                    break
         if self.observer is not None:
             self.observer(response, final, timing)
         if self.trace is not None:

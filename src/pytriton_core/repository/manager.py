@@ -245,12 +245,6 @@ class ModelManager:
         ``config_json`` replaces the model's config.pbtxt; ``files`` ("file:<path>" →
         bytes) replace the model folder and need ``config_json``.
         """
-        invalid = _invalid_model_name(name)
-        if invalid:
-            # Triton 2.51 looks such a name up and finds nothing; later releases refuse it
-            # up front. It must never reach a path: it fails the poll step.
-            log.error("Poll failed for model directory '%s': %s", name, invalid)
-            raise poll_failure(name)
         self._rescan()
         ids = [model_id for model_id in self._sources if model_id.name == name]
         if files or not ids:
@@ -466,13 +460,3 @@ class ModelManager:
         polled = self._polled.pop(model_id, None)
         if polled is not None:
             polled.release()
-
-
-def _invalid_model_name(name: str) -> str:
-    """Why a name cannot be a model's (Triton's ValidateModelName), or ""."""
-    trimmed = name.strip()
-    if not trimmed:
-        return "Model name cannot be empty. Please enter a valid name to deploy."
-    if trimmed == ".." or "/" in trimmed:
-        return f"invalid model name '{name}', model name must not contain path traversal characters"
-    return ""

@@ -29,6 +29,7 @@ from pytriton_core.inference.statistics import (
     ModelStatistics,
     merge_memory_usage,
 )
+from pytriton_core.paths import confined_path
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
 from pytriton_core.runtime.response_stats import ResponseCounter
@@ -88,7 +89,13 @@ class Model:
         self._release_order: deque[InferenceRequest] | None = deque() if preserve else None
         self._held: dict[int, InferenceResponse] = {}
         self._labels = {
-            output.name: classification.read_labels(model_dir / output.label_filename)
+            output.name: classification.read_labels(
+                confined_path(
+                    model_dir,
+                    output.label_filename,
+                    what=f"label_filename '{output.label_filename}'",
+                )
+            )
             for output in spec.outputs.values()
             if output.label_filename
         }

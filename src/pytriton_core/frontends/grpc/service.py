@@ -26,9 +26,11 @@ from pytriton_core.frontends.grpc.infer_codec import (
     forward_metadata,
     read_request,
 )
+from pytriton_core.frontends.grpc.restricted import refuse_unless_allowed, restriction_of
 from pytriton_core.frontends.grpc.settings import log_settings, trace_setting
 from pytriton_core.frontends.grpc.shm_service import SharedMemoryRpcs
 from pytriton_core.frontends.grpc.stream import InferStream
+from pytriton_core.options import Restriction
 from pytriton_core.repository.overrides import FILE_PREFIX
 from pytriton_core.service import InferenceService
 
@@ -56,7 +58,7 @@ async def _abort(context: grpc.aio.ServicerContext, error: ServerError) -> None:
 
 
 def answering_errors(
-    method: Unary, rpc: str
+    method: Unary, rpc: str, restriction: Restriction | None = None
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     # --log-verbose=1 logs each call's steps, as Triton names them.
     handler = _VERBOSE_NAMES.get(rpc, rpc)
@@ -69,6 +71,7 @@ def answering_errors(
         if verbose:
             number = next(calls)
             log.debug("Process for %s, rpc_ok=1, %d step START", handler, number)
+        await refuse_unless_allowed(restriction, context)
         try:
             if pass_context:
                 return await method(request, context)
@@ -98,8 +101,10 @@ class GrpcInferenceService(SharedMemoryRpcs):
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         handlers: dict[str, grpc.RpcMethodHandler] = {}
+        restricted = self._service.options.restricted.grpc
         for method in proto.GRPC_INFERENCE_SERVICE.methods:
             rpc = method.name
+            restriction = restriction_of(restricted, rpc)
             if rpc == "ModelStreamInfer":
                 handlers[rpc] = grpc.stream_stream_rpc_method_handler(self._model_stream_infer)
                 continue
@@ -111,7 +116,7 @@ class GrpcInferenceService(SharedMemoryRpcs):
             request_class = proto.message_class(method.input_type.full_name)
             response_class = proto.message_class(method.output_type.full_name)
             handlers[rpc] = grpc.unary_unary_rpc_method_handler(
-                answering_errors(implementation, rpc),
+                answering_errors(implementation, rpc, restriction),
                 request_deserializer=None if raw else request_class.FromString,
                 response_serializer=None if raw else response_class.SerializeToString,
             )
@@ -177,6 +182,8 @@ class GrpcInferenceService(SharedMemoryRpcs):
     async def _model_stream_infer(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
+        restriction = restriction_of(self._service.options.restricted.grpc, "ModelStreamInfer")
+        await refuse_unless_allowed(restriction, context)
         await InferStream(self._service, context).run(requests)
 
     # ------------------------------------------------- logging and trace

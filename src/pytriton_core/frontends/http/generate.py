@@ -21,6 +21,7 @@ from pytriton_core.frontends.http.messages import HttpResponse
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.options import ApiCategory
 from pytriton_core.runtime.model import Model
 from pytriton_core.service import InferenceService
 
@@ -34,8 +35,9 @@ def add_generate_routes(router: Router, service: InferenceService, model_path: s
     async def generate_stream(request: Request, match: RouteMatch) -> HttpResponse:
         return await _generate(service, request, match, stream=True)
 
-    router.add(model_path + r"/generate", POST=generate)
-    router.add(model_path + r"/generate_stream", POST=generate_stream)
+    # Triton restricts them as inference (--http-restricted-api=inference:...).
+    router.add(model_path + r"/generate", ApiCategory.INFERENCE, POST=generate)
+    router.add(model_path + r"/generate_stream", ApiCategory.INFERENCE, POST=generate_stream)
 
 
 async def _generate(

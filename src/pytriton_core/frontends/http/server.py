@@ -2,7 +2,15 @@
 
 One request is handled at a time per connection (HTTP/1.1 pipelining answers in order);
 connections run concurrently. Responses are written as a list of buffers; a streamed one
-(server-sent events) in chunks, paced by the transport's high-water mark.
+(server-sent events) in chunks, as it comes.
+
+Flow control, both ways: a connection stops being read while it has more than
+``_MAX_PIPELINED`` requests (or ``_MAX_PENDING_BYTES`` of bodies) waiting, and while its
+transport holds more unsent answer bytes than its high-water mark (``pause_writing``): a
+client that pipelines and reads nothing gets no further request decoded, run or answered
+until it reads, and a streamed answer waits (``drained``) before writing more. ``Upgrade``
+offers (h2c, websocket) are ignored and answered in HTTP/1.1; a client that half-closes
+after its requests gets their answers, then the connection closes.
 
 The client going away cancels what it asked for: each request's handler sees an
 ``Exchange`` (``frontends/http/exchange.py``) that is marked gone when the connection is
@@ -51,7 +59,8 @@ from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 
-_MAX_PIPELINED = 64  # stop reading from a client that queues more than this
+_MAX_PIPELINED = 64  # stop reading from a client that queues more than this ...
+_MAX_PENDING_BYTES = 64 << 20  # ... or more request body bytes than this
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _PROBED_COMMENT = b"%x\r\n%s\r\n" % (len(SSE_COMMENT), SSE_COMMENT)
 # How often a probed connection's socket is checked: soon, then less often.
@@ -130,10 +139,13 @@ class HttpProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         # Each parsed request with when its first bytes and its last bytes arrived (ns).
         self._pending: deque[tuple[HttpRequest | _BrokenStream, int, int]] = deque()
+        self._pending_bytes = 0  # body bytes of the requests in _pending
         self._receiving_since = 0
         self._broken = False
         self._busy = False
-        self._paused = False
+        self._paused = False  # reading paused
+        self._write_paused = False  # the transport's buffer is above its high-water mark
+        self._eof = False  # the client half-closed: answer what came, then close
         self._closing = False
         # The request being answered: its exchange, its HTTP version, and whether the
         # answer's head has gone out (a probe must then be a stream comment).
@@ -141,8 +153,6 @@ class HttpProtocol(asyncio.Protocol):
         self._http11 = True
         self._head_sent = False
         self._streaming = False
-        self._write_paused = False
-        self._eof = False  # the client half-closed: answer what came, then close
         self._drain_waiter: asyncio.Future[None] | None = None
         self._idle_timeout_s = idle_timeout_s
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -164,6 +174,7 @@ class HttpProtocol(asyncio.Protocol):
         self._registry.discard(self)
         self._transport = None
         self._pending.clear()
+        self._pending_bytes = 0
         self._assembler.detach()  # a half-received body goes with the connection
         self._cancel_timers()
         self._wake_writer()
@@ -172,14 +183,18 @@ class HttpProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        self._wake_writer()
+        self._wake_writer()  # a streamed answer goes on
+        self._update_reading()
+        self._start_next()
 
     def eof_received(self) -> bool:
-        """The client sent all it will. Keep the connection while an answer is due; if
-        someone waits to know whether the client is still there, probe it."""
+        """The client sent all it will: keep the transport open to answer (True) unless
+        nothing is left to answer. If someone waits to know whether the client is still
+        there (an inference), probe it."""
         self._eof = True
         if self._exchange is not None and self._exchange.watched:
             self._probe_peer()
@@ -194,7 +209,7 @@ class HttpProtocol(asyncio.Protocol):
             self._receiving_since = now
         failure: _BrokenStream | None = None
         try:
-            self._parser.feed_data(data)
+            self._feed(data)
         except httptools.HttpParserError as exc:
             # A refusal of the framing layer carries the status to answer with; the size
             # limits (413, 431) say what the limit is, the rest read as malformed HTTP.
@@ -207,16 +222,54 @@ class HttpProtocol(asyncio.Protocol):
         if completed:
             since = self._receiving_since
             self._pending.extend((request, since, now) for request in completed)
+            self._pending_bytes += sum(len(request.body) for request in completed)
             self._receiving_since = 0
         if failure is not None:
             self._broken = True
             self._pending.append((failure, 0, 0))
         elif self._assembler.take_expect_continue() and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if len(self._pending) > _MAX_PIPELINED and not self._paused and self._transport:
-            self._transport.pause_reading()
-            self._paused = True
+        self._update_reading()
         self._start_next()
+
+    def _feed(self, data: bytes) -> None:
+        """Parse ``data``. An ``Upgrade`` offer completes its request like any other; the
+        server does not switch protocols, so parsing goes on in HTTP/1.1 with a new parser
+        from the first byte after that request."""
+        while data:
+            if self._assembler.awaiting_upgrade_body:  # the offer's own body comes first
+                data = data[self._assembler.feed_upgrade_body(data) :]
+                continue
+            try:
+                self._parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as upgrade:
+                offset = upgrade.args[0] if upgrade.args else len(data)
+                self._assembler.detach()
+                self._parser = httptools.HttpRequestParser(self._assembler)
+                self._assembler.attach(self._parser)
+                data = data[offset:]
+
+    def _update_reading(self) -> None:
+        """Read while little waits here and the client drains its answers; else pause."""
+        transport = self._transport
+        if transport is None:
+            return
+        if self._paused:
+            if (
+                not self._write_paused
+                and len(self._pending) <= _MAX_PIPELINED // 2
+                and self._pending_bytes <= _MAX_PENDING_BYTES // 2
+            ):
+                transport.resume_reading()
+                self._paused = False
+        elif (
+            self._write_paused
+            or len(self._pending) > _MAX_PIPELINED
+            or self._pending_bytes > _MAX_PENDING_BYTES
+        ):
+            transport.pause_reading()
+            self._paused = True
 
     def close_when_idle(self) -> None:
         self._closing = True
@@ -226,7 +279,7 @@ class HttpProtocol(asyncio.Protocol):
     # ------------------------------------------------------------ requests
 
     def _start_next(self) -> None:
-        if self._busy:
+        if self._busy or self._write_paused:
             return
         if not self._pending:
             if self._eof:
@@ -237,8 +290,10 @@ class HttpProtocol(asyncio.Protocol):
         item, received_start, received_end = self._pending.popleft()
         if isinstance(item, _BrokenStream):
             self._pending.clear()
+            self._pending_bytes = 0
             self._write(plain_error(item.status, item.message), keep_alive=False)
             return
+        self._pending_bytes -= len(item.body)
         self._busy = True
         asyncio.get_running_loop().create_task(self._handle(item, received_start, received_end))
 
@@ -267,9 +322,7 @@ class HttpProtocol(asyncio.Protocol):
         self._exchange = None
         self._stop_peer_checks()
         self._busy = False
-        if self._paused and len(self._pending) <= _MAX_PIPELINED // 2 and self._transport:
-            self._transport.resume_reading()
-            self._paused = False
+        self._update_reading()
         self._start_next()
 
     async def _write_streamed(self, response: HttpResponse, keep_alive: bool) -> None:
