@@ -69,6 +69,12 @@ class InferenceRequest:
     arrival_ns: int = field(default_factory=time.monotonic_ns)
     queue_start_ns: int = 0
     final_sent: bool = False
+    # The sequence batcher's filler for an idle slot of a batch (READY false): executed,
+    # never answered, not counted as an inference.
+    padding: bool = False
+    # Set by a backend when the model released the request with RELEASE_RESCHEDULE: the
+    # scheduler queues it again (iterative sequences) instead of completing it.
+    reschedule: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
     # Set by a front end that streams to a client who may read slowly (inference.flow).
     response_window: ResponseWindow | None = None
