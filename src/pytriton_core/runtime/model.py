@@ -38,6 +38,7 @@ from pytriton_core.inference.statistics import (
 from pytriton_core.paths import confined_path
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
+from pytriton_core.runtime.response_stats import ResponseCounter
 from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import Requeued, Retained, create_scheduler
@@ -137,8 +138,8 @@ class Model:
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
         self._admit(request)
-        if self.spec.decoupled and self.stats.first_response is not None:
-            self._observe_first_response(request)
+        if self.spec.decoupled:
+            request.observer = ResponseCounter(self.stats, request.arrival_ns)
         try:
             self._scheduler.enqueue(request)
         except InvalidArgumentError:
@@ -195,22 +196,6 @@ class Model:
                 tensor.shape,
                 tensor.data,
             )
-
-    def _observe_first_response(self, request: InferenceRequest) -> None:
-        """Decoupled: time the first response the model sends (the histogram's measure)."""
-        respond = request.on_response
-        stats = self.stats
-        first = True
-
-        def observed(response: InferenceResponse | None, final: bool) -> None:
-            nonlocal first
-            if first and response is not None:
-                first = False
-                stats.record_first_response(request.arrival_ns, time.monotonic_ns())
-            if respond is not None:
-                respond(response, final)
-
-        request.on_response = observed
 
     def _cancel_queued(self, request: InferenceRequest) -> None:
         """A request was cancelled: if it still waits in the queue it never runs, and is
