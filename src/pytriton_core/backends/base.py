@@ -118,6 +118,11 @@ class BackendInstance(abc.ABC):
 class BackendModel(abc.ABC):
     decoupled: bool = False
 
+    def healthy(self) -> bool:
+        """Whether every instance can run requests now (false while a Python model's worker
+        process is being restarted): the model is reported not ready meanwhile."""
+        return True
+
     @abc.abstractmethod
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         """Create one instance; called from the instance's own worker thread."""

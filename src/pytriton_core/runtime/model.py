@@ -82,7 +82,7 @@ class Model:
         # /config endpoints); everything else reads ``spec``.
         self.config = config
         self.model_dir = model_dir
-        self.state = ModelState.LOADING
+        self._state = ModelState.LOADING
         self.stats = stats if stats is not None else ModelStatistics()
         self._loop = loop
         self._backend_model = backend_model
@@ -134,6 +134,17 @@ class Model:
             usage for instance in self._instances for usage in instance.memory_usage
         )
         self.state = ModelState.READY
+
+    @property
+    def state(self) -> ModelState:
+        """READY only while the backend can run requests (see ``BackendModel.healthy``)."""
+        if self._state is ModelState.READY and not self._backend_model.healthy():
+            return ModelState.UNAVAILABLE
+        return self._state
+
+    @state.setter
+    def state(self, value: ModelState) -> None:
+        self._state = value
 
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
