@@ -82,7 +82,7 @@ def _check_version(python: str, location: ModelLocation) -> None:
         text=True,
         check=False,
     ).stdout.strip()
-    ours = "%d.%d" % sys.version_info[:2]
+    ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if found != ours:
         raise ModelConfigError(
             f"model '{location.name}': the {ENV_PARAMETER} environment runs Python "

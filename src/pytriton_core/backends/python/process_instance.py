@@ -30,7 +30,6 @@ from typing import Any
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
 from pytriton_core.backends.python.process_transport import (
     Arena,
-    Channel,
     ChannelClosed,
     TensorRef,
     channel_pair,

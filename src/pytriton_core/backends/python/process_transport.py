@@ -178,10 +178,12 @@ class Arena:
     def read(self, ref: TensorRef, copy: bool) -> Tensor:
         """The tensor ``ref`` names: a read-only view over the arena, or a copy of it."""
         datatype = types.BY_WIRE_NAME[ref.datatype]
-        raw = np.frombuffer(self._view, np.uint8, ref.nbytes, ref.offset)
         if datatype.is_bytes:
-            data = deserialize_bytes_tensor(raw, types.element_count(ref.shape)).reshape(ref.shape)
+            raw_bytes = self._view[ref.offset : ref.offset + ref.nbytes]
+            data = deserialize_bytes_tensor(raw_bytes, types.element_count(ref.shape))
+            data = data.reshape(ref.shape)
         else:
+            raw = np.frombuffer(self._view, np.uint8, ref.nbytes, ref.offset)
             data = raw.view(datatype.numpy_dtype).reshape(ref.shape)
             if copy:
                 data = data.copy()
