@@ -78,7 +78,7 @@ def throughput(perf: Path, url: str, model: str, concurrency: int, interval_ms: 
     command = [
         str(perf), "-m", model, "-u", url, "-i", "http",
         "--concurrency-range", str(concurrency), "--measurement-interval", str(interval_ms),
-        "--stability-percentage", "100", "--max-trials", "3",
+        "--stability-percentage", "999", "--max-trials", "3",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     found = re.search(r"Throughput: ([0-9.]+) infer/sec", result.stdout)
@@ -111,6 +111,7 @@ def main() -> None:
                 results[key, model] = throughput(
                     perf, server.http_url, model, args.concurrency, args.interval_ms
                 )
+                print(f"{key} {model}: {results[key, model]:.1f} infer/s", flush=True)
     lines = ["| model | server | mode | infer/s | vs Triton |", "|---|---|---|---|---|"]
     for (key, model), value in results.items():
         base = model.replace("_in", "_proc")

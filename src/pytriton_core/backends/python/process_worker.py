@@ -39,6 +39,7 @@ class _WorkerRequest(InferenceRequest):
 
     key: int = 0
     writer: ResponseWriter | None = field(default=None, repr=False)
+    live: dict[int, _WorkerRequest] | None = field(default=None, repr=False)
 
     def send_threadsafe(
         self,
@@ -50,6 +51,8 @@ class _WorkerRequest(InferenceRequest):
         message: dict[str, Any] = {"kind": "send", "key": self.key, "final": final}
         message["response"] = None if response is None else response_header(response)
         self.writer.send(message, [] if response is None else response.outputs)
+        if final and self.live is not None:
+            self.live.pop(self.key, None)
 
 
 def response_header(response: InferenceResponse) -> dict[str, Any]:
@@ -143,6 +146,7 @@ class _Worker:
                 flags=item["flags"],
                 key=item["key"],
                 writer=self._writer,
+                live=self._live if self._decoupled else None,
             )
             self._live[request.key] = request
             requests.append(request)
