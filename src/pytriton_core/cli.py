@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 import uvloop
 
+from pytriton_core.cli_extensions import add_extension_arguments, extension_options
 from pytriton_core.cli_telemetry import add_telemetry_arguments, telemetry_options
 from pytriton_core.errors import ServerError
 from pytriton_core.options import (
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="<backend>,<key>=<value>",
     )
+    add_extension_arguments(parser)
     # tritonserver's front ends this server does not have, accepted when off: manifests
     # written for tritonserver pass them (KServe ModelMesh's Triton runtime:
     # --allow-sagemaker=false).
@@ -260,6 +262,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
         **telemetry_options(args, _bool),
+        **extension_options(args),
         backend_config=MappingProxyType(
             {k: MappingProxyType(v) for k, v in backend_config.items()}
         ),

@@ -660,7 +660,12 @@ IO = 'input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         ),
         (
             IO + "sequence_batching { } response_cache { enable: true }",
-            "response_cache cannot be enabled with sequence_batching",
+            "Response Cache does not currently support model m with sequence batching scheduler",
+        ),
+        (
+            IO + "model_transaction_policy { decoupled: true } response_cache { enable: true }",
+            "Response Cache does not currently support model m with 'decoupled' transaction "
+            "policy. Please disable the response cache.",
         ),
         (
             'platform: "onnxruntime_onnx"\n' + IO,

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from google.protobuf.message import Message
 
 from pytriton_core.backends.custom_metrics import MetricRegistry
-from pytriton_core.config.spec import ModelSpec
+from pytriton_core.config.spec import InstanceGroup, ModelSpec
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
@@ -58,6 +58,7 @@ class InstanceSpec:
     name: str  # e.g. "add_sub_0_0": group name + index, as Triton names them
     kind: str  # "CPU" | "GPU" | "MODEL"
     device_id: int
+    group: InstanceGroup | None = None  # the instance group it comes from
 
 
 class BackendInstance(abc.ABC):

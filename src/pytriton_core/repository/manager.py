@@ -35,6 +35,7 @@ from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.overrides import OverrideDirectory
 from pytriton_core.repository.scan import ScanResult, scan_repositories
 from pytriton_core.runtime.model import Model, ModelState
+from pytriton_core.runtime.services import ServerServices
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,10 @@ class ModelManager:
         *,
         host_staging: StagingPool | None = None,
         custom_metrics: MetricRegistry | None = None,
+        services: ServerServices | None = None,
     ) -> None:
         self._options = options
+        self._services = services
         self._host_staging = host_staging
         self._custom_metrics = custom_metrics
         self._device_pools = DevicePools(options.memory.cuda_memory_pool_byte_size)
@@ -373,7 +376,9 @@ class ModelManager:
         backend_model = backend.load_model(spec, location, config)
         metrics = self._options.metrics if self._options.allow_metrics else None
         stats = ModelStatistics.create(metrics, spec.histogram_buckets)
-        model = Model(spec, config, model_dir, backend_model, self._loop, stats)
+        model = Model(
+            spec, config, model_dir, backend_model, self._loop, stats, services=self._services
+        )
         model.start(instance_specs(spec))
         return model
 
@@ -387,7 +392,7 @@ def instance_specs(spec: ModelSpec) -> list[InstanceSpec]:
         index = 0
         for device in devices:
             for _ in range(group.count):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device))
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device, group))
                 index += 1
     return specs
 

@@ -14,6 +14,7 @@ from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
 from pytriton_core.scheduling.base import Scheduler
+from pytriton_core.scheduling.rate_limiter import InstanceSlot
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,13 @@ class ModelInstance:
         on_batch_done: BatchDone,
         schedule_on_loop: Callable[..., object],
         warmup: Sequence[WarmupSample] = (),
+        *,
+        rate_limit: InstanceSlot | None = None,
     ) -> None:
+        """``rate_limit``: the instance's place in the server's rate limiter, which it
+        acquires before each execution (None: rate limiting is off)."""
         self.spec = spec
+        self._rate_limit = rate_limit
         self._warmup = warmup
         self._backend_model = backend_model
         self._scheduler = scheduler
@@ -91,7 +97,10 @@ class ModelInstance:
             log.exception("finalize failed for instance %s", self.spec.name)
 
     def _serve(self, backend_instance: BackendInstance) -> None:
+        rate_limit = self._rate_limit
         while (batch := self._scheduler.next_batch()) is not None:
+            if rate_limit is not None:
+                rate_limit.acquire()  # the wait counts as queueing, as in Triton
             timing = ComputeTiming(start_ns=time.monotonic_ns())
             responses: Sequence[InferenceResponse | None] | ServerError
             try:
@@ -105,6 +114,9 @@ class ModelInstance:
             except Exception as exc:
                 log.exception("execute failed on instance %s", self.spec.name)
                 responses = InternalError(f"{type(exc).__name__}: {exc}")
+            finally:
+                if rate_limit is not None:
+                    rate_limit.release()
             timing.close()
             self._schedule_on_loop(self._on_batch_done, batch, responses, timing)
             # Keep nothing of a finished batch while waiting for the next one: its inputs

@@ -23,12 +23,15 @@ from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import CancelledError, ErrorCode, ServerError, UnavailableError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.response_cache import CacheEntry, InsertOutcome, cache_key
 from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
+from pytriton_core.runtime.services import ServerServices
 from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import create_scheduler
+from pytriton_core.scheduling.rate_limiter import InstanceSlot
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,10 @@ class Model:
         backend_model: BackendModel,
         loop: asyncio.AbstractEventLoop,
         stats: ModelStatistics | None = None,
+        services: ServerServices | None = None,
     ) -> None:
+        """``services``: what the server shares among its models (the response cache, the
+        rate limiter); none by default."""
         self.spec = spec
         self.name = spec.name
         self.version = spec.version
@@ -86,6 +92,14 @@ class Model:
             for output in spec.outputs.values()
             if output.label_filename
         }
+        services = services or ServerServices()
+        # Both the server's cache and the model's response_cache are needed, as in Triton.
+        self._cache = services.response_cache if spec.response_cache else None
+        self.cache_enabled = self._cache is not None
+        # The cache key and lookup time of each request that missed, until it is answered.
+        self._misses: dict[int, tuple[bytes, int]] = {}
+        self._rate_limiter = services.rate_limiter
+        self._rate_limit_slots: list[InstanceSlot] = []
 
     def start(self, instance_specs: Sequence[InstanceSpec]) -> None:
         """Create the instances (blocking: call from a worker thread, not the loop)."""
@@ -100,6 +114,7 @@ class Model:
                     self._batch_done,
                     self._loop.call_soon_threadsafe,
                     warmup,
+                    rate_limit=self._register_rate_limit(instance_spec),
                 )
                 instance.start()
                 self._instances.append(instance)
@@ -109,6 +124,21 @@ class Model:
             self._join_and_finalize()
             raise
         self.state = ModelState.READY
+
+    def _register_rate_limit(self, instance_spec: InstanceSpec) -> InstanceSlot | None:
+        limiter = self._rate_limiter
+        if limiter is None:
+            return None
+        group = instance_spec.group
+        slot = limiter.register(
+            self.name,
+            instance_spec.name,
+            instance_spec.device_id,
+            group.rate_limiter_resources if group is not None else (),
+            group.rate_limiter_priority if group is not None else 0,
+        )
+        self._rate_limit_slots.append(slot)
+        return slot
 
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
@@ -127,6 +157,8 @@ class Model:
             self._trace_submit(request)
         if self.spec.decoupled and self.stats.first_response is not None:
             self._observe_first_response(request)
+        if self._cache is not None and self._answer_from_cache(request):
+            return
         try:
             self._scheduler.enqueue(request)
         except ServerError as exc:
@@ -138,6 +170,59 @@ class Model:
         if self._release_order is not None:
             self._release_order.append(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
+
+    def _answer_from_cache(self, request: InferenceRequest) -> bool:
+        """Look the request up; on a hit answer it from the cache (it skips the scheduler)
+        and return True; on a miss remember its key, to store its response."""
+        cache = self._cache
+        assert cache is not None
+        key = cache_key(request, self.name, self.version)
+        if key is None:  # an input in GPU memory: not cacheable
+            return False
+        lookup_start = time.monotonic_ns()
+        entry = cache.lookup(key)
+        lookup_end = time.monotonic_ns()
+        if entry is None:
+            self._misses[id(request)] = (key, lookup_end - lookup_start)
+            return False
+        self._in_flight += 1
+        if self._release_order is not None:
+            self._release_order.append(request)
+        # Answered on the next loop turn, after the caller has finished submitting it.
+        self._loop.call_soon(self._finish_cache_hit, request, entry, lookup_start, lookup_end)
+        return True
+
+    def _finish_cache_hit(
+        self, request: InferenceRequest, entry: CacheEntry, lookup_start: int, lookup_end: int
+    ) -> None:
+        self._in_flight -= 1
+        response = self._apply_classification(request, InferenceResponse(entry.tensors()))
+        self.stats.record_cache_hit(
+            request.queue_start_ns, request.queue_start_ns, lookup_start, lookup_end
+        )
+        self._release(request, response)
+        self._signal_if_drained()
+
+    def _store_in_cache(self, request: InferenceRequest, response: InferenceResponse) -> None:
+        """A missed request was answered: keep a successful response, count the miss."""
+        miss = self._misses.pop(id(request), None)
+        if miss is None or response.error is not None:
+            return  # only successful responses are cached
+        cache = self._cache
+        assert cache is not None
+        key, lookup_ns = miss
+        insert_start = time.monotonic_ns()
+        outcome = cache.insert(key, response.outputs)
+        insert_ns = time.monotonic_ns() - insert_start
+        if outcome is InsertOutcome.EXISTS:
+            return  # another request with the same key got there first: Triton counts none
+        if outcome is InsertOutcome.TOO_LARGE:
+            log.error(
+                "Failed to insert key into response cache: the response of model '%s' is "
+                "larger than the whole cache",
+                self.name,
+            )
+        self.stats.record_cache_miss(lookup_ns + insert_ns)
 
     @property
     def in_flight(self) -> int:
@@ -193,6 +278,8 @@ class Model:
     def _finish_rejected(self, request: InferenceRequest, error: ServerError) -> None:
         """A queued request leaves without running: queue timeout (REJECTED) or cancelled."""
         self._in_flight -= 1
+        if self._misses:
+            self._misses.pop(id(request), None)
         reason = (
             FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.REJECTED
         )
@@ -222,6 +309,8 @@ class Model:
             )
             for request in batch:
                 self._in_flight -= 1
+                if self._misses:
+                    self._misses.pop(id(request), None)
                 stats.record_request_failure(request.arrival_ns, end_ns, reason)
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
@@ -233,9 +322,13 @@ class Model:
             # Triton counts it; so does a request answered through its response sender.
             stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
             if response is None:  # answered through its response sender
+                if self._misses:
+                    self._misses.pop(id(request), None)
                 if self._release_order is not None:
                     self._release_order.remove(request)
                 continue
+            if self._cache is not None:
+                self._store_in_cache(request, response)
             if stats.first_response is not None and not self.spec.decoupled:
                 stats.record_first_response(request.arrival_ns, end_ns)
             if response.error is None:
@@ -299,6 +392,9 @@ class Model:
         self.state = ModelState.UNAVAILABLE
 
     def _join_and_finalize(self, timeout_s: float | None = None) -> None:
+        if self._rate_limiter is not None and self._rate_limit_slots:
+            self._rate_limiter.unregister(self._rate_limit_slots)
+            self._rate_limit_slots = []
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for instance in self._instances:
             instance.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
