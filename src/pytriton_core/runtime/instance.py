@@ -116,7 +116,7 @@ class ModelInstance:
                 responses = InternalError(f"{type(exc).__name__}: {exc}")
             finally:
                 if rate_limit is not None:
-                    rate_limit.release()
+                    rate_limit.release(more_work=self._scheduler.pending_count() > 0)
             timing.close()
             self._schedule_on_loop(self._on_batch_done, batch, responses, timing)
             # Keep nothing of a finished batch while waiting for the next one: its inputs

@@ -19,6 +19,11 @@ limited alike.
   first (priority 0 counts as 1), so priority 2 gets half the turns of priority 1. As in
   Triton only the first staged instance is tried: one whose resources are busy makes the
   others wait (no overtaking). Equal priorities go in the order they staged.
+* Re-staging: Triton stages an instance again inside its release when its model has work
+  waiting, before it allocates the next one. Here the instance must first pull its next
+  batch, so a release with work waiting leaves an *expectation* of the instance's next
+  turn: no staged instance that would come after it is allocated until it stages, or for
+  at most ``EXPECTATION_S`` (its work may have gone to a sibling instance).
 * A request waiting here has left the scheduler's queue, so cancelling it no longer
   removes it (Triton: "cancellation is not detected once in the rate limiter queue").
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +46,9 @@ EVERY_DEVICE = -1  # --rate-limit-resource without a device (PER_DEVICE_RESOURCE
 
 # device key -> resource name -> count
 ResourceMap = dict[int, dict[str, int]]
+
+# How long a released instance with work waiting keeps its turn while it pulls its batch.
+EXPECTATION_S = 0.002
 
 
 @dataclass(eq=False)
@@ -57,12 +66,16 @@ class InstanceSlot:
 
     def acquire(self) -> None:
         """Block until the limiter allocates this instance its resources."""
-        self.limiter._stage(self)
-        self._allocated.wait()
+        limiter = self.limiter
+        limiter._stage(self)
+        while not self._allocated.wait(EXPECTATION_S):
+            limiter._expire_expectations()
         self._allocated.clear()
 
-    def release(self) -> None:
-        self.limiter._release(self)
+    def release(self, more_work: bool) -> None:
+        """After an execution; ``more_work``: the model has requests waiting, so this
+        instance will stage again as soon as it has pulled them."""
+        self.limiter._release(self, more_work)
 
 
 class RateLimiter:
@@ -81,6 +94,9 @@ class RateLimiter:
         self._allocated: ResourceMap = {}
         self._staged: list[tuple[int, int, InstanceSlot]] = []
         self._order = itertools.count()
+        # Released instances about to stage again: their next priority key and until when
+        # (monotonic seconds) they hold their turn.
+        self._expected: dict[InstanceSlot, tuple[int, float]] = {}
 
     # ----------------------------------------------------------------- loading
 
@@ -111,6 +127,11 @@ class RateLimiter:
         with self._lock:
             self._slots = [s for s in self._slots if s not in gone]
             self._available = self._limits(self._slots)
+            for slot in gone:
+                self._expected.pop(slot, None)
+            self._staged = [entry for entry in self._staged if entry[2] not in gone]
+            heapq.heapify(self._staged)
+            self._allocate_staged()
 
     def _limits(self, slots: Sequence[InstanceSlot]) -> ResourceMap:
         """What each resource has available, given these instances (Triton's
@@ -152,24 +173,41 @@ class RateLimiter:
 
     def _stage(self, slot: InstanceSlot) -> None:
         with self._lock:
+            self._expected.pop(slot, None)
             heapq.heappush(
                 self._staged, (slot.exec_count * slot.priority, next(self._order), slot)
             )
             self._allocate_staged()
 
-    def _release(self, slot: InstanceSlot) -> None:
+    def _release(self, slot: InstanceSlot, more_work: bool) -> None:
         with self._lock:
             slot.exec_count += 1
             for device, needs in slot.resources.items():
                 held = self._allocated[device]
                 for name, count in needs.items():
                     held[name] -= count
+            if more_work:
+                self._expected[slot] = (
+                    slot.exec_count * slot.priority,
+                    time.monotonic() + EXPECTATION_S,
+                )
+            self._allocate_staged()
+
+    def _expire_expectations(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            for slot, (_, until) in list(self._expected.items()):
+                if until <= now:
+                    del self._expected[slot]
             self._allocate_staged()
 
     def _allocate_staged(self) -> None:
-        """Allocate staged instances in priority order while the first one fits."""
+        """Allocate staged instances in priority order while the first one fits and no
+        instance about to stage again would come before it."""
         while self._staged:
-            slot = self._staged[0][2]
+            key, _, slot = self._staged[0]
+            if self._expected and min(k for k, _ in self._expected.values()) < key:
+                return
             if not self._fits(slot):
                 return
             heapq.heappop(self._staged)
