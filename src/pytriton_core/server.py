@@ -85,7 +85,7 @@ class ServerRuntime:
         self.services = server_services(self.options)
         manager = self._manager = ModelManager(
             self.options,
-            BackendRegistry(),
+            BackendRegistry(self.options.backend_directory),
             loop,
             host_staging=staging,
             custom_metrics=self.metric_registry,

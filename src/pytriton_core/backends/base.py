@@ -47,6 +47,9 @@ class ModelLocation:
     device_pools: DevicePools | None = None
     # The server's custom metric families (pb_utils.MetricFamily): each server has its own.
     custom_metrics: MetricRegistry | None = None
+    # A Python-based backend's folder (<--backend-directory>/<backend>): its model.py serves
+    # the model, not one in the version folder.
+    python_based_dir: Path | None = None
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         """A backend setting: this backend's own value first, else the global one."""

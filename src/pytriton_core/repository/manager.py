@@ -367,6 +367,7 @@ class ModelManager:
             host_staging=self._host_staging,
             device_pools=self._device_pools,
             custom_metrics=self._custom_metrics,
+            python_based_dir=self._backends.python_based_dir(backend_name),
         )
 
     def _start_version(self, version: int, model_dir: Path, config: Message) -> Model:
