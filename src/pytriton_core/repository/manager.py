@@ -32,6 +32,8 @@ from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.repository.agents import AgentChain, AgentRegistry
+from pytriton_core.repository.checksum_agent import ChecksumAgent
 from pytriton_core.repository.overrides import OverrideDirectory
 from pytriton_core.repository.scan import ScanResult, scan_repositories
 from pytriton_core.runtime.model import Model, ModelState
@@ -83,6 +85,9 @@ class ModelManager:
         self._gpu_ids = visible_gpu_ids()
         self._fingerprints: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._override_dirs: dict[str, OverrideDirectory] = {}
+        # model_repository_agents: the agents each loaded model went through.
+        self._agents = AgentRegistry(options.repoagent_directory, {"checksum": ChecksumAgent})
+        self._agent_chains: dict[str, AgentChain] = {}
 
     # ----------------------------------------------------------------- lookups
 
@@ -278,7 +283,7 @@ class ModelManager:
             self._status[name] = {None: _VersionStatus(ModelState.LOADING)}
         self._fingerprints[name] = await asyncio.to_thread(_fingerprint, model_dir)
         try:
-            config, versions = await asyncio.to_thread(
+            config, versions, chain = await asyncio.to_thread(
                 self._prepare, name, model_dir, config_override
             )
         except ServerError as exc:
@@ -286,6 +291,8 @@ class ModelManager:
             if name not in self._models:
                 self._status[name] = {None: _VersionStatus(ModelState.UNAVAILABLE, exc.message)}
             return exc.message
+        if chain is not None:
+            model_dir = chain.location  # the last agent's folder
         loaded: dict[int, Model] = {}
         statuses: dict[int | None, _VersionStatus] = {}
         errors: list[str] = []
@@ -303,22 +310,35 @@ class ModelManager:
                 log.error("failed to load '%s' version %d: %s", name, version, message)
                 statuses[version] = _VersionStatus(ModelState.UNAVAILABLE, message)
                 errors.append(f"version {version}: {message}")
+        if chain is not None:
+            await asyncio.to_thread(chain.load_finished, bool(loaded))
         if not loaded and name in self._models:
             return "; ".join(errors)  # a failed reload leaves the old versions serving
         previous = self._models.get(name, {})
+        previous_chain = self._agent_chains.pop(name, None)
+        if chain is not None and loaded:
+            self._agent_chains[name] = chain
         self._models[name] = loaded
         self._status[name] = statuses
-        for model in previous.values():
-            await model.stop(self._options.exit_timeout_secs)
+        await self._stop_versions(previous.values(), previous_chain)
         return "; ".join(errors) or None
+
+    async def _stop_versions(self, models: Any, chain: AgentChain | None) -> None:
+        """Stop model versions, with their agents' unload actions around it."""
+        if chain is not None:
+            await asyncio.to_thread(chain.unload)
+        for model in list(models):
+            await model.stop(self._options.exit_timeout_secs)
+        if chain is not None:
+            await asyncio.to_thread(chain.unload_finished)
 
     async def _unload_unlocked(self, name: str) -> None:
         versions = self._models.pop(name, {})
         statuses = self._status.setdefault(name, {})
         for model in versions.values():
             statuses[model.version] = _VersionStatus(ModelState.UNLOADING)
+        await self._stop_versions(versions.values(), self._agent_chains.pop(name, None))
         for model in versions.values():
-            await model.stop(self._options.exit_timeout_secs)
             statuses[model.version] = _VersionStatus(
                 ModelState.UNAVAILABLE, "unloaded", unloaded=True
             )
@@ -332,8 +352,9 @@ class ModelManager:
 
     def _prepare(
         self, name: str, model_dir: Path, config_override: Message | None
-    ) -> tuple[Message, list[int]]:
-        """The completed, normalized, validated config and the versions to serve."""
+    ) -> tuple[Message, list[int], AgentChain | None]:
+        """The completed, normalized, validated config, the versions to serve, and the
+        repository agents the model went through (they may have moved its files)."""
         config: Message | None
         if config_override is not None:
             config = proto.ModelConfig()
@@ -342,6 +363,18 @@ class ModelManager:
             config = model_config.read_model_config(model_dir, self._options.model_config_name)
         if config is None:
             config = proto.ModelConfig()
+        # As Triton: the agents see the config as read, before anything is filled in.
+        chain = self._agents.run_load(name, model_dir, config)
+        if chain is not None:
+            model_dir = chain.location
+        try:
+            return self._complete(name, model_dir, config) + (chain,)
+        except BaseException:
+            if chain is not None:
+                chain.load_finished(False)
+            raise
+
+    def _complete(self, name: str, model_dir: Path, config: Message) -> tuple[Message, list[int]]:
         model_config.fill_server_side_fields(config, name, model_dir)
         available = model_config.list_version_dirs(model_dir)
         backend_name = _backend_of(config)
