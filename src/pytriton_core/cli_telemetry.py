@@ -18,7 +18,6 @@ from pytriton_core.options import (
     TraceOptions,
 )
 
-
 # The histogram families whose buckets --metrics-config sets (<family>=<bound>,...).
 HISTOGRAM_FAMILIES = ("nv_inference_first_response_histogram_ms", *DEFAULT_DURATION_BUCKETS_US)
 

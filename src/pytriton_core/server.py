@@ -11,11 +11,11 @@ from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.errors import InternalError
 from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
+from pytriton_core.inference.response_cache import ResponseCache
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.metrics import MetricsEndpoint, MetricsReporter
-from pytriton_core.inference.response_cache import ResponseCache
 from pytriton_core.options import ModelControlMode, RateLimitMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
 from pytriton_core.runtime.services import ServerServices
@@ -33,9 +33,7 @@ def server_services(options: ServerOptions) -> ServerServices:
     response_cache = None
     if cache.name is not None:
         response_cache = ResponseCache.from_settings(cache.name, cache.settings)
-        log.info(
-            "Response Cache is created with size %d bytes", response_cache.capacity_bytes
-        )
+        log.info("Response Cache is created with size %d bytes", response_cache.capacity_bytes)
     return ServerServices(
         response_cache=response_cache,
         rate_limiter=RateLimiter(limiter.resources)

@@ -9,6 +9,7 @@ process), so the order and overlap of executions are read from the answers thems
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,7 +53,8 @@ def write_model(
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 2 ] } ]\n'
         f'parameters {{ key: "SLEEP_S" value: {{ string_value: "{sleep_s}" }} }}\n'
-        f"instance_group [ {{ kind: KIND_CPU count: {count} rate_limiter {{ {rate_limiter} }} }} ]\n"
+        f"instance_group [ {{ kind: KIND_CPU count: {count} "
+        f"rate_limiter {{ {rate_limiter} }} }} ]\n"
     )
 
 
@@ -95,7 +97,7 @@ def check_priorities(url: str) -> None:
         futures = [pool.submit(run, url, m) for m in ("prio1", "prio2") * 12]
         executions = sorted([gate.result(), *(f.result() for f in futures)], key=lambda e: e[1])
     # R is global with count 1: no two executions overlap, whichever model runs them.
-    for before, after in zip(executions, executions[1:], strict=False):
+    for before, after in itertools.pairwise(executions):
         assert before[2] <= after[1], (before, after)
     assert executions[0][0] == "gate"
     # Priority 2 gets half the turns of priority 1 while both have work waiting (Triton
@@ -137,7 +139,7 @@ def test_a_resource_for_two_instances_lets_both_run(server: ServerHandle) -> Non
         executions = sorted(
             pool.map(lambda _: run(server.http_url, "pair"), range(6)), key=lambda e: e[1]
         )
-    for before, after in zip(executions, executions[1:], strict=False):
+    for before, after in itertools.pairwise(executions):
         assert before[2] <= after[1], (before, after)
 
 

@@ -23,12 +23,11 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * {factor})]
-            )
-            for r in requests
-        ]
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x * {factor})]))
+        return responses
 """
 
 # An agent that "decrypts" model.py from model.py.b64 into a folder of its own, and writes
@@ -164,9 +163,8 @@ def test_a_tampered_file_is_refused(client: httpclient.InferenceServerClient) ->
     evil = MODEL.format(factor=-1)
     with pytest.raises(InferenceServerException) as failure:
         client.load_model("tampered")
-    assert (
-        f"Mismatched MD5 hash for file 1/model.py, expect: {md5(good)}, got: {md5(evil)}"
-        in str(failure.value)
+    assert f"Mismatched MD5 hash for file 1/model.py, expect: {md5(good)}, got: {md5(evil)}" in str(
+        failure.value
     )
     assert not client.is_model_ready("tampered")
 

@@ -68,7 +68,7 @@ def write_model(
         f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
         f'input [ {{ name: "INPUT0" data_type: {datatype} dims: [ -1 ] }} ]\n'
         f'output [ {{ name: "OUTPUT0" data_type: {datatype} dims: [ -1 ] }} ]\n'
-        'instance_group [ { kind: KIND_CPU count: 1 } ]\n'
+        "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
         + ("response_cache { enable: true }\n" if cache else "")
         + extra
     )
@@ -119,9 +119,7 @@ def client(server: ServerHandle) -> Iterator[httpclient.InferenceServerClient]:
         yield http_client
 
 
-def infer(
-    client: httpclient.InferenceServerClient, model: str, data: np.ndarray
-) -> np.ndarray:
+def infer(client: httpclient.InferenceServerClient, model: str, data: np.ndarray) -> np.ndarray:
     tensor = httpclient.InferInput("INPUT0", list(data.shape), _wire(data))
     tensor.set_data_from_numpy(data)
     result = client.infer(model, [tensor]).as_numpy("OUTPUT0")
@@ -324,8 +322,9 @@ def test_cache_metrics(server: ServerHandle, client: httpclient.InferenceServerC
 
 def test_response_cache_without_a_server_cache_does_nothing(repository: Path) -> None:
     with (
-        run_pytriton_server(repository, "--model-control-mode=explicit", "--load-model=cached")
-        as plain,
+        run_pytriton_server(
+            repository, "--model-control-mode=explicit", "--load-model=cached"
+        ) as plain,
         httpclient.InferenceServerClient(plain.http_url) as plain_client,
     ):
         data = np.ones((1, 2), np.float32)

@@ -61,7 +61,9 @@ def find_in_directory(directory: Path, name: str) -> Plugin | None:
 def find_entry_point(name: str, builtin: bool) -> Plugin | None:
     """The installed entry point ``name`` of the group; None if there is none (or it would
     replace a built-in backend)."""
-    found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    found = [
+        ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name
+    ]
     if not found:
         return None
     entry = found[0]
@@ -74,7 +76,9 @@ def find_entry_point(name: str, builtin: bool) -> Plugin | None:
             name,
         )
         return None
-    return Plugin(name, f"entry point {entry.value}", create=lambda: _from_object(name, entry.load()))
+    return Plugin(
+        name, f"entry point {entry.value}", create=lambda: _from_object(name, entry.load())
+    )
 
 
 def _load_package(name: str, folder: Path) -> Backend:

@@ -108,7 +108,9 @@ class AgentChain:
             model._temporary.clear()
 
 
-def _quietly(action: Callable[[AgentModel], None], agent: RepositoryAgent, model: AgentModel) -> None:
+def _quietly(
+    action: Callable[[AgentModel], None], agent: RepositoryAgent, model: AgentModel
+) -> None:
     """Actions after the load decision cannot change it: a failure is logged."""
     try:
         action(model)
@@ -193,8 +195,7 @@ def _load_package(name: str, folder: Path) -> ModuleType:
     except Exception as exc:
         del sys.modules[module_name]
         raise InvalidArgumentError(
-            f"unable to load repository agent '{name}' from {folder}: "
-            f"{type(exc).__name__}: {exc}"
+            f"unable to load repository agent '{name}' from {folder}: {type(exc).__name__}: {exc}"
         ) from exc
     return module
 

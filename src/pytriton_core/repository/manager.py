@@ -368,7 +368,7 @@ class ModelManager:
         if chain is not None:
             model_dir = chain.location
         try:
-            return self._complete(name, model_dir, config) + (chain,)
+            return (*self._complete(name, model_dir, config), chain)
         except BaseException:
             if chain is not None:
                 chain.load_finished(False)

@@ -174,9 +174,7 @@ class RateLimiter:
     def _stage(self, slot: InstanceSlot) -> None:
         with self._lock:
             self._expected.pop(slot, None)
-            heapq.heappush(
-                self._staged, (slot.exec_count * slot.priority, next(self._order), slot)
-            )
+            heapq.heappush(self._staged, (slot.exec_count * slot.priority, next(self._order), slot))
             self._allocate_staged()
 
     def _release(self, slot: InstanceSlot, more_work: bool) -> None:
