@@ -46,12 +46,11 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def execute(self, requests):
         time.sleep(0.002)  # the cost a cache hit saves
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)]
-            )
-            for r in requests
-        ]
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x * 2)]))
+        return responses
 """
 
 CONFIG = f"""

@@ -25,7 +25,6 @@ from cpython.bytes cimport (
     PyBytes_FromStringAndSize,
     PyBytes_GET_SIZE,
 )
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeLatin1, PyUnicode_DecodeUTF8
 from libc.string cimport memchr, memcpy
 
@@ -76,6 +75,7 @@ KNOWN_HEADERS = (
     "connection",
     "content-type",
     "expect",
+    "upgrade",
 )
 cdef tuple _KNOWN_NAMES = tuple(name.encode() for name in KNOWN_HEADERS)
 _METHODS = {
@@ -99,42 +99,10 @@ cdef inline bint _is_space(char c) noexcept nogil:
     return c == c' ' or c == c'\t'
 
 
-cdef inline int _hex_value(char c) noexcept nogil:
-    if c'0' <= c <= c'9':
-        return c - c'0'
-    if c'a' <= c <= c'f':
-        return c - c'a' + 10
-    if c'A' <= c <= c'F':
-        return c - c'A' + 10
-    return -1
-
-
-cdef str _unquote(const char* src, Py_ssize_t n):
-    """Percent-decode a path like ``urllib.parse.unquote`` (UTF-8, invalid bytes -> U+FFFD)."""
-    cdef Py_ssize_t i = 0, j = 0
-    cdef char* buf
-    cdef int hi, lo
-    if memchr(src, c'%', n) == NULL:
-        return PyUnicode_DecodeUTF8(src, n, "replace")
-    buf = <char*>PyMem_Malloc(n)
-    if buf == NULL:
-        raise MemoryError()
-    try:
-        while i < n:
-            if src[i] == c'%' and i + 2 < n:
-                hi = _hex_value(src[i + 1])
-                lo = _hex_value(src[i + 2])
-                if hi >= 0 and lo >= 0:
-                    buf[j] = <char>(hi * 16 + lo)
-                    j += 1
-                    i += 3
-                    continue
-            buf[j] = src[i]
-            j += 1
-            i += 1
-        return PyUnicode_DecodeUTF8(buf, j, "replace")
-    finally:
-        PyMem_Free(buf)
+cdef inline str _raw_path(const char* src, Py_ssize_t n):
+    """The path as sent (UTF-8, invalid bytes -> U+FFFD), still percent-encoded: the router
+    decodes each parameter it captures, once (decoding here too would decode twice)."""
+    return PyUnicode_DecodeUTF8(src, n, "replace")
 
 
 cdef tuple _split_target(bytes url):
@@ -148,9 +116,9 @@ cdef tuple _split_target(bytes url):
             end = found - data
         found = <const char*>memchr(data, c'?', end)
         if found == NULL:
-            return _unquote(data, end), ""
+            return _raw_path(data, end), ""
         path_end = found - data
-        return (_unquote(data, path_end),
+        return (_raw_path(data, path_end),
                 PyUnicode_DecodeLatin1(data + path_end + 1, end - path_end - 1, NULL))
     if size == 1 and data[0] == c'*':
         return "*", ""
@@ -160,7 +128,7 @@ cdef tuple _split_target(bytes url):
         raise FramingError(f"cannot parse request target {url[:200]!r}") from None
     path = parsed.path or b"/"
     query = parsed.query or b""
-    return _unquote(path, len(path)), query.decode("latin-1")
+    return _raw_path(path, len(path)), query.decode("latin-1")
 
 
 @cython.final
@@ -168,7 +136,7 @@ cdef tuple _split_target(bytes url):
 cdef class HttpRequest:
     """One complete request. Immutable once the assembler has handed it out."""
     cdef readonly str method
-    cdef readonly str path  # percent-decoded, without query or fragment
+    cdef readonly str path  # as sent (not percent-decoded), without query or fragment
     cdef readonly str query  # raw (not decoded), without the '?'
     cdef readonly dict headers  # lower-cased name -> value, only the headers the server reads
     cdef readonly list raw_headers  # every header as received: (name, value) bytes pairs
@@ -223,6 +191,12 @@ cdef class RequestAssembler:
     cdef Py_ssize_t _body_size
     cdef Py_ssize_t _content_length  # -1 without a Content-Length header
     cdef bint _expect_continue
+    # An Upgrade offer with a Content-Length: llhttp ends the message at its headers and
+    # hands the body over as the upgraded protocol's bytes; the server does not switch, so
+    # the protocol passes those bytes back here (feed_upgrade_body) to finish the request.
+    cdef bint _awaiting_upgrade_body
+    cdef bint _upgrade_keep_alive  # the offer's, read while its parser still had it
+    cdef str _upgrade_version
 
     def __init__(self, Py_ssize_t max_body_size=DEFAULT_MAX_BODY_SIZE,
                  Py_ssize_t max_head_size=DEFAULT_MAX_HEAD_SIZE):
@@ -277,6 +251,7 @@ cdef class RequestAssembler:
         self._body_size = 0
         self._content_length = -1
         self._expect_continue = False
+        self._awaiting_upgrade_body = False
         return 0
 
     cdef int _add_head_bytes(self, Py_ssize_t size) except -1:
@@ -380,7 +355,31 @@ cdef class RequestAssembler:
 
     def on_message_complete(self):
         if self._content_length >= 0 and self._body_size != self._content_length:
+            if "upgrade" in self._headers:
+                self._awaiting_upgrade_body = True
+                self._upgrade_keep_alive = self._should_keep_alive()
+                self._upgrade_version = self._get_http_version()
+                return
             raise FramingError("body shorter than its Content-Length")
+        self._complete(self._should_keep_alive(), self._get_http_version())
+
+    @property
+    def awaiting_upgrade_body(self):
+        """Whether an Upgrade offer's body is still to come through feed_upgrade_body."""
+        return self._awaiting_upgrade_body
+
+    def feed_upgrade_body(self, bytes data):
+        """Take the body of an Upgrade offer from ``data``; returns the bytes taken (the
+        rest is the next request). Completes the request once its body is whole."""
+        if not self._awaiting_upgrade_body:
+            raise RuntimeError("no Upgrade offer is waiting for its body")
+        cdef Py_ssize_t take = min(len(data), self._content_length - self._body_size)
+        self.on_body(data[:take])
+        if self._body_size == self._content_length:
+            self._complete(self._upgrade_keep_alive, self._upgrade_version)
+        return take
+
+    cdef int _complete(self, bint keep_alive, str http_version) except -1:
         cdef HttpRequest request = HttpRequest.__new__(HttpRequest)
         request.method = self._method
         request.path = self._path
@@ -388,13 +387,15 @@ cdef class RequestAssembler:
         request.headers = self._headers
         request.raw_headers = self._raw_headers
         request.body = self._body if self._body is not None else bytearray()
-        request.keep_alive = self._should_keep_alive()
-        request.http_version = self._get_http_version()
+        request.keep_alive = keep_alive
+        request.http_version = http_version
         self._completed.append(request)
         # Drop what now belongs to the request (a large body must not outlive it here);
         # on_message_begin sets up the next message.
         self._raw_headers = self._headers = self._repeated = None
         self._url = self._url_parts = self._body = None
+        self._awaiting_upgrade_body = False
+        return 0
 
 
 # --- response head ----------------------------------------------------------------------

@@ -7,6 +7,12 @@ when its last reference goes. Every use of a region goes through a check here, o
 values and without forming ``offset + byte_size`` (``check_range``): Python ints that are
 negative or above 2**64 - 1 are refused, not wrapped.
 
+A region holds no file descriptor. A client that shrinks its object (``ftruncate``) under a
+mapping cannot crash the server: the compiled SIGBUS guard (cpp/fault_guard.h) lets the touch
+of a page past the new end complete on anonymous memory and marks the region truncated;
+:meth:`SystemRegion.backed` reads the mark, every later use raises
+:class:`RegionTruncatedError`, and so does a write that met the fault.
+
 Zero-copy inputs: :meth:`SystemRegion.view` hands out a read-only :class:`RegionView` over
 a checked range; ``np.frombuffer`` over it makes the input array, which keeps the view,
 which keeps the region (so the mapping outlives every array over it, however long a model
@@ -33,6 +39,7 @@ from shm_cpp cimport (
     copy_into_unchecked,
     kBadEnd,
     kBadOffset,
+    kGuardFailed,
     kInRange,
     kMapFailed,
     kMapped,
@@ -72,6 +79,15 @@ class RegionRangeError(ValueError):
         self.offset = offset
         self.byte_size = byte_size
         self.extent = extent
+
+
+class RegionTruncatedError(ValueError):
+    """The client shrank the region's object under the mapping (seen at a touch of a page
+    past its new end); the region can no longer be used."""
+
+    def __init__(self, key):
+        super().__init__(f"shared memory object {key!r} was truncated under its mapping")
+        self.key = key
 
 
 class RegionOpenError(OSError):
@@ -145,7 +161,7 @@ cdef class SystemRegion:
     cdef object __weakref__  # so that owners can watch when it is unmapped
 
     def __cinit__(self):
-        self._mapping.fd = -1  # the memory starts zeroed, and 0 is a descriptor
+        self._mapping.guard = -1  # the memory starts zeroed, and 0 is a slot
 
     def __init__(self):
         raise TypeError("SystemRegion objects come from SystemRegion.open()")
@@ -185,6 +201,8 @@ cdef class SystemRegion:
             if size == 0:
                 raise RegionRangeError("byte size", offset, byte_size, object_size)
             _check(object_size, offset, byte_size)
+        if status == kGuardFailed:
+            raise RegionMapError(0, f"cannot guard the mapping of shared memory object {key!r}")
         if status != kMapped:
             raise RegionMapError(err, f"cannot map shared memory object {key!r}")
         region._key = key
@@ -209,14 +227,14 @@ cdef class SystemRegion:
         return <uintptr_t>self._mapping.data
 
     def backed(self):
-        """Whether the object still holds the whole region (a client can shrink it)."""
+        """False once a touch found the object shrunk under the mapping (the guard's mark);
+        a shrink is seen at the first touch of a page past the object's new end."""
         return region_backed(self._mapping)
 
     cdef int _check_use(self, object offset, object byte_size) except -1:
         _check(self._mapping.size, offset, byte_size)
         if not region_backed(self._mapping):
-            raise RegionRangeError("offset + byte size", offset, byte_size,
-                                   self._mapping.size)
+            raise RegionTruncatedError(self._key)
         return 0
 
     def check(self, offset, byte_size):
@@ -257,6 +275,8 @@ cdef class SystemRegion:
                 copy_into_unchecked(self._mapping, off, source.buf, <size_t>n)
         finally:
             PyBuffer_Release(&source)
+        if not region_backed(self._mapping):  # the copy met a shrunk object
+            raise RegionTruncatedError(self._key)
         return n
 
     def __repr__(self):

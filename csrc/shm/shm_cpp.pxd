@@ -19,9 +19,10 @@ cdef extern from "cpp/posix_region.h" namespace "pytriton::shm" nogil:
         kStatFailed
         kOutOfObject
         kMapFailed
+        kGuardFailed
 
     cdef struct Mapping:
-        int fd
+        long guard
         void* base
         size_t length
         char* data

@@ -10,7 +10,14 @@ from types import MappingProxyType
 
 import uvloop
 
+from pytriton_core.backends.settings import backend_config_notes
 from pytriton_core.cli_extensions import add_extension_arguments, extension_options
+from pytriton_core.cli_restricted import add_restricted_arguments, restricted_options
+from pytriton_core.cli_server_flags import (
+    add_server_flag_arguments,
+    server_flag_options,
+    startup_notes,
+)
 from pytriton_core.cli_telemetry import add_telemetry_arguments, telemetry_options
 from pytriton_core.errors import ServerError
 from pytriton_core.options import (
@@ -80,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--grpc-address", default="0.0.0.0")
     add("--grpc-port", type=int, default=8001)
     _add_grpc_arguments(parser)
+    add_restricted_arguments(parser)
     _add_memory_arguments(parser)
     add("--allow-metrics", type=_bool, default=True, metavar="BOOL")
     add("--metrics-address", default=None)
@@ -113,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     # --allow-sagemaker=false).
     for flag in ("--allow-sagemaker", "--allow-vertex-ai"):
         add(flag, type=_false_only, default=False, metavar="false")
+    add_server_flag_arguments(parser, _bool)
     return parser
 
 
@@ -173,7 +182,8 @@ def _add_grpc_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
     return GrpcOptions(
-        **{option: getattr(args, _GRPC_DEST + option) for option, _ in _GRPC_FLAGS.values()}
+        **{option: getattr(args, _GRPC_DEST + option) for option, _ in _GRPC_FLAGS.values()},
+        header_forward_pattern=args.grpc_header_forward_pattern,
     )
 
 
@@ -232,7 +242,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     backend_config: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
         backend_config.setdefault(backend, {})[key] = value
-    repositories = tuple(args.model_repository or [bundled_repository()])
+    # A folder given twice (--model-repository and --model-store, say) is one repository,
+    # as in tritonserver, which keeps them in a set.
+    given = args.model_repository or [bundled_repository()]
+    repositories = tuple({path.resolve(): path for path in given}.values())
     for repository in repositories:
         if not repository.is_dir():
             raise SystemExit(f"error: model repository '{repository}' is not a folder")
@@ -247,6 +260,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc=_grpc_options(args),
+        restricted=restricted_options(args),
         memory=_memory_options(args),
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
@@ -261,6 +275,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
+        **server_flag_options(args),
         **telemetry_options(args, _bool),
         **extension_options(args),
         backend_config=MappingProxyType(
@@ -274,9 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = options_from_args(args)
     runtime = ServerRuntime(options)
     runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
+    pool_size = args.grpc_option_infer_allocation_pool_size
+    notes = startup_notes(args, pool_size != GrpcOptions().infer_allocation_pool_size)
+    for note in (*notes, *backend_config_notes(options.backend_config)):
+        log.info("%s", note)
     try:
-        uvloop.run(runtime.run_until_signalled())
+        return uvloop.run(runtime.run_until_signalled())
     except ServerError as exc:
-        log.error("%s", exc.message)
+        # As tritonserver reports a server that could not start.
+        log.error("error: creating server: %s", exc.status_text.replace(": ", " - ", 1))
         return 1
-    return 0

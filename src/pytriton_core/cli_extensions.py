@@ -77,13 +77,8 @@ def add_extension_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def extension_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``ServerOptions`` fields these flags set."""
-    for flag, folder in (
-        ("--backend-directory", args.backend_directory),
-        ("--repoagent-directory", args.repoagent_directory),
-    ):
-        if folder is not None and not folder.is_dir():
-            raise SystemExit(f"error: {flag} '{folder}' is not a folder")
+    """The ``ServerOptions`` fields these flags set (a plug-in folder that does not exist
+    is said at startup: tritonserver command lines name /opt/tritonserver/backends)."""
     return {
         "cache": cache_options(args),
         "rate_limiter": rate_limiter_options(args),

@@ -30,6 +30,19 @@ _HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNSUPPORTED: 501,
 }
 
+# Triton's words for each code in a status rendered as text (``Status::AsString``), as in
+# a failed version's reason: "Internal: ValueError: ...".
+_CODE_WORDS: dict[ErrorCode, str] = {
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.CANCELLED: "Cancelled",
+}
+
 # grpc.StatusCode member names, so that the core never imports grpc.
 _GRPC_STATUS: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN: "UNKNOWN",
@@ -59,6 +72,11 @@ class ServerError(Exception):
     @property
     def grpc_status_name(self) -> str:
         return _GRPC_STATUS[self.code]
+
+    @property
+    def status_text(self) -> str:
+        """``<code words>: <message>``, as Triton writes a status into a reason or a log."""
+        return f"{_CODE_WORDS[self.code]}: {self.message}"
 
     def with_request_id(self, request_id: str) -> ServerError:
         """The same error with Triton's per-request prefix ``[request id: <id>] ``."""

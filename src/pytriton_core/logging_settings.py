@@ -187,4 +187,7 @@ class LogControl:
             level = logging.ERROR
         logging.getLogger(SERVER_LOGGER).setLevel(max(1, level))
         if self._logger is logging.getLogger():
-            self._logger.setLevel(max(1, level))
+            # The server's own records reach the handler whatever the root's level; other
+            # libraries' stay at INFO and above, or --log-verbose would turn on their
+            # debug output too (grpc's logs every poll of its completion queue).
+            self._logger.setLevel(max(logging.INFO, level))

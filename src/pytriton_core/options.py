@@ -57,6 +57,9 @@ class GrpcOptions:
     max_connection_age_ms: int | None = None  # None: connections live on
     max_connection_age_grace_ms: int | None = None
     reuse_port: bool = False
+    # --grpc-header-forward-pattern: request headers (metadata) whose names match reach the
+    # model as request parameters; None: none do.
+    header_forward_pattern: str | None = None
     use_ssl: bool = False
     use_ssl_mutual: bool = False  # implies use_ssl, and requires client certificates
     server_cert: Path | None = None
@@ -195,6 +198,54 @@ class CacheOptions:
         return self.name is not None
 
 
+# --- --http-restricted-api / --grpc-restricted-protocol (parsed and checked in restricted.py)
+
+
+class ApiCategory(enum.Enum):
+    """Triton's restricted categories (``RESTRICTED_CATEGORY_NAMES``), in its order."""
+
+    HEALTH = "health"
+    METADATA = "metadata"
+    INFERENCE = "inference"
+    SHARED_MEMORY = "shared-memory"
+    MODEL_CONFIG = "model-config"
+    MODEL_REPOSITORY = "model-repository"
+    STATISTICS = "statistics"
+    TRACE = "trace"
+    LOGGING = "logging"
+
+
+@dataclass(frozen=True)
+class Restriction:
+    header: str  # the header (HTTP) or metadata key (gRPC, prefixed) a request must carry
+    value: str  # ... with exactly this value
+
+
+def _no_restrictions() -> Mapping[ApiCategory, Restriction]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class RestrictedApis:
+    """The restricted categories of one protocol and what each requires."""
+
+    by_category: Mapping[ApiCategory, Restriction] = field(default_factory=_no_restrictions)
+
+    def get(self, category: ApiCategory) -> Restriction | None:
+        return self.by_category.get(category)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_category)
+
+
+@dataclass(frozen=True)
+class RestrictedOptions:
+    """``--http-restricted-api`` and ``--grpc-restricted-protocol``, resolved."""
+
+    http: RestrictedApis = field(default_factory=RestrictedApis)
+    grpc: RestrictedApis = field(default_factory=RestrictedApis)
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     model_repositories: tuple[Path, ...] = ()
@@ -204,11 +255,17 @@ class ServerOptions:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     http_max_input_size: int = 64 * 1024 * 1024
+    reuse_http_port: bool = False  # SO_REUSEPORT: several servers share the port
+    # --http-header-forward-pattern: headers whose names match reach the model as request
+    # parameters; None: none do.
+    http_header_forward_pattern: str | None = None
 
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc: GrpcOptions = field(default_factory=GrpcOptions)
+    # --http-restricted-api / --grpc-restricted-protocol
+    restricted: RestrictedOptions = field(default_factory=RestrictedOptions)
     memory: MemoryOptions = field(default_factory=MemoryOptions)
 
     allow_metrics: bool = True
@@ -224,6 +281,13 @@ class ServerOptions:
     strict_readiness: bool = True
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
+    model_load_thread_count: int = 4  # models (and versions) loading at once
+    model_load_retry_count: int = 0  # further attempts at a version that failed to load
+    model_namespacing: bool = False  # one namespace per repository: a name may repeat
+    # GPUs below it are not used (Triton's default with GPU support: 6.0).
+    min_supported_compute_capability: float = 6.0
+    # device id -> fraction of its memory in use past which a model load is rejected
+    model_load_gpu_limit: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
     log: LogOptions = field(default_factory=LogOptions)
     trace: TraceOptions = field(default_factory=TraceOptions)
     # backend name ("" for global keys) -> key -> value, from --backend-config

@@ -18,12 +18,15 @@ from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.metrics import MetricsEndpoint, MetricsReporter
 from pytriton_core.options import ModelControlMode, RateLimitMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
+from pytriton_core.restricted import open_repository_api_warning
 from pytriton_core.runtime.services import ServerServices
 from pytriton_core.scheduling.rate_limiter import RateLimiter
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import TraceManager
 
 log = logging.getLogger(__name__)
+
+_EXIT_TIMEOUT = "Internal - Exit timeout expired. Exiting immediately."
 
 
 def server_services(options: ServerOptions) -> ServerServices:
@@ -34,6 +37,18 @@ def server_services(options: ServerOptions) -> ServerServices:
     if cache.name is not None:
         response_cache = ResponseCache.from_settings(cache.name, cache.settings)
         log.info("Response Cache is created with size %d bytes", response_cache.capacity_bytes)
+    for flag, folder in (
+        ("--backend-directory", options.backend_directory),
+        ("--repoagent-directory", options.repoagent_directory),
+    ):
+        if folder is not None and not folder.is_dir():
+            log.warning("%s=%s is not a folder: no plug-ins are found there", flag, folder)
+    if cache.directory is not None:
+        log.info(
+            "--cache-directory=%s: the local cache is built into this server; the folder "
+            "is not searched",
+            cache.directory,
+        )
     return ServerServices(
         response_cache=response_cache,
         rate_limiter=RateLimiter(limiter.resources)
@@ -99,10 +114,22 @@ class ServerRuntime:
             tracer=self._tracer,
             log_control=self.log_control,
         )
+        warning = open_repository_api_warning(
+            self.options.restricted,
+            explicit_mode=self.options.model_control_mode is ModelControlMode.EXPLICIT,
+            http=self.options.allow_http,
+            grpc=self.options.allow_grpc,
+        )
+        if warning is not None:
+            log.warning("%s", warning)
         failed = await manager.load_startup_models()
-        if failed and self.options.exit_on_error:
-            await manager.unload_all()
-            raise InternalError(f"failed to load all models: {', '.join(sorted(failed))}")
+        if failed:
+            # Triton's words; which models and why are in the log lines above.
+            failure = InternalError("failed to load all models")
+            if self.options.exit_on_error:
+                await manager.unload_all()
+                raise failure
+            log.error("%s", failure.status_text)
         if self.options.model_control_mode is ModelControlMode.POLL:
             self._poller = asyncio.get_running_loop().create_task(
                 manager.poll_forever(self.options.repository_poll_secs)
@@ -137,45 +164,53 @@ class ServerRuntime:
         """The Prometheus page, as ``/metrics`` serves it ("" with metrics off)."""
         return self._reporter.render() if self._reporter is not None else ""
 
-    async def stop(self) -> None:
+    async def stop(self) -> bool:
         """Stop accepting requests, finish those in flight, finalize every model.
 
         While the requests in flight finish (up to ``--exit-timeout-secs``) the front ends
         stay up: health answers 503 "Server exiting" and new inference requests are refused.
         Then the front ends close, every model is unloaded (``finalize``) and held traces
-        are written.
+        are written. Returns False when the exit timeout expired with requests still
+        executing (they are abandoned, as Triton abandons them).
         """
         service, manager = self._service, self._manager
         if service is None or manager is None or service.exiting:
-            return
+            return True
         service.exiting = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.exit_timeout_secs
         if self._poller is not None:
             self._poller.cancel()
-        if manager.in_flight():
-            log.info("waiting for %d in-flight inference requests", manager.in_flight())
-        while manager.in_flight() and loop.time() < deadline:
+        log.info("Waiting for in-flight requests to complete.")
+        next_report = loop.time()
+        while True:
+            in_flight = manager.in_flight()
+            if loop.time() >= next_report or not in_flight:
+                remaining_s = max(0, int(deadline - loop.time()))
+                log.info(
+                    "Timeout %d: Found %d in-flight inference requests", remaining_s, in_flight
+                )
+                next_report += 1.0
+            if not in_flight or loop.time() >= deadline:
+                break
             await asyncio.sleep(0.01)
-        if manager.in_flight():
-            log.warning(
-                "exit timeout expired with %d inference requests in flight", manager.in_flight()
-            )
-        remaining = max(0.0, deadline - loop.time())
+        clean = not manager.in_flight()
         if self._http is not None:
-            await self._http.stop(remaining)
+            await self._http.stop(max(0.0, deadline - loop.time()))
         if self._grpc is not None:
             await self._grpc.stop(max(0.0, deadline - loop.time()))
         if self._metrics_endpoint is not None:
             await self._metrics_endpoint.stop()
         if self._reporter is not None:
             await self._reporter.stop()
-        await manager.unload_all()
+        log.info("All models are stopped, unloading models")
+        await manager.unload_all(max(0.0, deadline - loop.time()))
         if self._tracer is not None:
             self._tracer.close()
+        return clean
 
-    async def run_until_signalled(self) -> None:
-        """Serve until SIGINT or SIGTERM, then stop gracefully."""
+    async def run_until_signalled(self) -> int:
+        """Serve until SIGINT or SIGTERM, then stop; the process's exit status."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -183,4 +218,7 @@ class ServerRuntime:
         await self.start()
         await stop.wait()
         log.info("signal received: stopping")
-        await self.stop()
+        if not await self.stop():
+            log.error("failed to stop server: %s", _EXIT_TIMEOUT)
+            return 1
+        return 0

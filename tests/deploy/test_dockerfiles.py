@@ -126,7 +126,7 @@ def test_cpu_and_gpu_images_agree() -> None:
     assert "EXTRAS=gpu" in gpu[-2].all("ARG")
 
 
-def _run_entrypoint(tmp_path: Path, *args: str) -> str:
+def _run_entrypoint(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
     """docker/entrypoint.sh with stand-ins for pytriton-server and tritonserver on PATH."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -140,7 +140,7 @@ def _run_entrypoint(tmp_path: Path, *args: str) -> str:
         text=True,
         timeout=10,
         check=True,
-        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        env={**os.environ, **(env or {}), "PATH": f"{bin_dir}:{os.environ['PATH']}"},
     )
     return result.stdout.strip()
 
@@ -155,6 +155,25 @@ def test_entrypoint_dispatch(tmp_path: Path) -> None:
     )
     assert _run_entrypoint(tmp_path, "echo", "hello") == "hello"
     assert os.access(ENTRYPOINT, os.X_OK), "the image copies entrypoint.sh with its mode"
+
+
+def test_entrypoint_puts_the_repository_api_behind_a_key(tmp_path: Path) -> None:
+    """With PYTRITON_REPOSITORY_API_KEY the server started gets both restriction flags (a
+    key with spaces stays one argument); without it, none (the default command keeps the
+    API off: --model-control-mode=none refuses load and unload)."""
+    env = {"PYTRITON_REPOSITORY_API_KEY": "s3 cret", "PYTRITON_REPOSITORY_API_HEADER": "x-key"}
+    expected = (
+        "pytriton-server --model-repository=/models "
+        "--http-restricted-api=model-repository:x-key=s3 cret "
+        "--grpc-restricted-protocol=model-repository:x-key=s3 cret"
+    )
+    assert _run_entrypoint(tmp_path, "--model-repository=/models", env=env) == expected
+    assert _run_entrypoint(tmp_path, "tritonserver", "--a", env=env).startswith(
+        "tritonserver --a --http-restricted-api=model-repository:x-key=s3 cret"
+    )
+    assert _run_entrypoint(tmp_path, "echo", "hello", env=env) == "hello"
+    cmd = json.loads(parse_dockerfile(DOCKERFILES[0])[1][-1].last("CMD"))
+    assert not any("model-control-mode" in argument for argument in cmd)
 
 
 def test_dockerignore_sends_only_the_sources() -> None:

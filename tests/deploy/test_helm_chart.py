@@ -238,6 +238,24 @@ def test_model_repository_sources(renderings: dict[str, Rendering]) -> None:
     assert init["envFrom"] == [{"secretRef": {"name": "model-store-credentials"}}]
 
 
+@pytest.mark.parametrize("example", EXAMPLE_NAMES)
+def test_the_repository_api_is_off_or_behind_a_key(
+    renderings: dict[str, Rendering], example: str
+) -> None:
+    """Explicit mode (the only one that loads through the API) gets the key from a Secret,
+    which the image's entry point turns into the two restriction flags."""
+    server = renderings[example].server
+    mode = flag_value(server["args"], "--model-control-mode")
+    env = {variable["name"]: variable for variable in server.get("env", [])}
+    if mode != "explicit":
+        assert "PYTRITON_REPOSITORY_API_KEY" not in env
+        return
+    key = env["PYTRITON_REPOSITORY_API_KEY"]["valueFrom"]["secretKeyRef"]
+    api = renderings[example].values["server"]["repositoryApi"]
+    assert key == {"name": api["keySecret"]["name"], "key": api["keySecret"]["key"]}
+    assert env["PYTRITON_REPOSITORY_API_HEADER"]["value"] == api["header"]
+
+
 def test_service_monitor(renderings: dict[str, Rendering]) -> None:
     """The ServiceMonitor (a CRD kubernetes-validate has no schema for) scrapes the metrics
     port of the chart's Service."""
@@ -311,6 +329,10 @@ BAD_COMBINATIONS = {
     "ServiceMonitor without metrics": (
         {"serviceMonitor": {"enabled": True}, "metrics": {"enabled": False}},
         "serviceMonitor.enabled needs metrics.enabled",
+    ),
+    "explicit mode with the repository API open by default": (
+        {"server": {"modelControlMode": "explicit"}},
+        "server.repositoryApi.keySecret.name",
     ),
 }
 

@@ -41,6 +41,7 @@ PROJECT_PERF_ANALYZER = REPO_ROOT / ".cache" / "perf-analyzer" / "bin" / "perf_a
 
 READY_TIMEOUT_S = 180.0  # a wait, not a limit: loaded machines start the real Triton slowly
 STOP_TIMEOUT_S = 10.0
+READY_PATH = "/v2/health/ready"
 LOOPBACK = "127.0.0.1"
 
 
@@ -127,13 +128,20 @@ def run_pytriton_server(
     env: Mapping[str, str] | None = None,
     metrics: bool = False,
     timeout: float = READY_TIMEOUT_S,
+    check_exit: bool = True,
+    ready_path: str = READY_PATH,
+    http_port: int | None = None,
 ) -> Iterator[ServerHandle]:
     """Run ``python -m pytriton_core`` on free loopback ports until the block ends.
 
     Metrics are off unless ``metrics``; ``extra_flags`` are appended to the command line and
-    ``env`` is added to this process's environment.
+    ``env`` is added to this process's environment. ``check_exit=False`` lets the server
+    exit with any status (a test that checks the status itself); the block starts once
+    ``ready_path`` answers 200 (``/v2/health/live`` for a server that will not be ready).
+    ``http_port`` is a given HTTP port instead of a free one (servers sharing a port).
     """
-    http_port, grpc_port, metrics_port = free_ports(3)
+    free_http_port, grpc_port, metrics_port = free_ports(3)
+    http_port = free_http_port if http_port is None else http_port
     supported = pytriton_cli_flags()
     command = [
         sys.executable,
@@ -159,6 +167,8 @@ def run_pytriton_server(
         grpc_port=grpc_port,
         metrics_port=metrics_port if metrics else None,
         timeout=timeout,
+        check_exit=check_exit,
+        ready_path=ready_path,
     ) as handle:
         yield handle
 
@@ -194,6 +204,7 @@ def run_real_triton(
     env: Mapping[str, str] | None = None,
     metrics: bool = False,
     timeout: float = READY_TIMEOUT_S,
+    ready_path: str = READY_PATH,
 ) -> Iterator[ServerHandle]:
     """Run the real Triton (../shared/tools/real-triton/start.sh) on free loopback ports.
 
@@ -228,6 +239,7 @@ def run_real_triton(
         # Triton exits with 1 ("Exit timeout expired") when a client still holds an idle
         # keep-alive connection; that says nothing about the behaviour under test.
         check_exit=False,
+        ready_path=ready_path,
     ) as handle:
         yield handle
 
@@ -243,6 +255,7 @@ def _run_server(
     metrics_port: int | None,
     timeout: float,
     check_exit: bool = True,
+    ready_path: str = READY_PATH,
 ) -> Iterator[ServerHandle]:
     log_dir = Path(tempfile.mkdtemp(prefix="pytriton-it-"))
     log_path = log_dir / "server.log"
@@ -267,7 +280,7 @@ def _run_server(
         log_path=log_path,
     )
     try:
-        _wait_until_ready(handle, timeout)
+        _wait_until_ready(handle, timeout, ready_path)
     except ServerError:
         _stop(process)  # the error carries the log
         raise
@@ -287,7 +300,7 @@ def _run_server(
     shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def _wait_until_ready(handle: ServerHandle, timeout: float) -> None:
+def _wait_until_ready(handle: ServerHandle, timeout: float, path: str = READY_PATH) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if handle.process.poll() is not None:
@@ -295,12 +308,12 @@ def _wait_until_ready(handle: ServerHandle, timeout: float) -> None:
                 f"{handle.name} exited with {handle.process.returncode} before it was ready:\n"
                 f"{handle.log()}"
             )
-        if _http_status(handle.http_url, "/v2/health/ready") == 200:
+        if _http_status(handle.http_url, path) == 200:
             return
         if time.monotonic() > deadline:
             raise ServerError(
                 f"{handle.name} was not ready after {timeout:.0f} s "
-                f"(GET http://{handle.http_url}/v2/health/ready):\n{handle.log()}"
+                f"(GET http://{handle.http_url}{path}):\n{handle.log()}"
             )
         time.sleep(0.1)
 
@@ -336,6 +349,44 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
 
 def _print_log(handle: ServerHandle) -> None:
     print(f"----- {handle.name} log ({handle.log_path}) -----\n{handle.log()}", file=sys.stderr)
+
+
+# ------------------------------------------------------------------ small helpers
+
+
+def http_exchange(
+    server: ServerHandle,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, str | None, bytes]:
+    """One request on a fresh connection, the path sent as given (no client-side quoting):
+    (status, Content-Type, body)."""
+    host, port = server.http_url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request(method, path, body=body, headers=dict(headers or {}))
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type"), response.read()
+    finally:
+        connection.close()
+
+
+def write_python_model(root: Path, name: str, config: str, source: str) -> Path:
+    """``<root>/<name>/config.pbtxt`` and ``<root>/<name>/1/model.py``."""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(config)
+    (root / name / "1" / "model.py").write_text(source)
+    return root / name
+
+
+def memory_kib(pid: int, field: str = "VmRSS") -> int:
+    """A /proc/<pid>/status memory figure in KiB: VmRSS now, VmHWM the peak so far."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise ServerError(f"no {field} for process {pid}")
 
 
 # Datatype -> a test array for the dtype_* identity models; every value survives the round

@@ -365,3 +365,22 @@ def test_concurrent_requests_across_backends(server: ServerHandle, repository: P
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(call, range(24)))
+
+
+def test_memory_usage_where_the_backend_can_tell(server: ServerHandle, repository: Path) -> None:
+    """PyTorch reports its module's parameter and buffer bytes per instance device, in the
+    statistics' memory_usage; ONNX Runtime cannot tell and reports none (docs/metrics.md)."""
+    module = torch.jit.load(str(repository / "torch_mlp" / "1" / "model.pt"))
+    weights = sum(t.untyped_storage().nbytes() for t in (*module.parameters(), *module.buffers()))
+    client = httpclient.InferenceServerClient(server.http_url)
+    (torch_stats,) = client.get_inference_statistics("torch_mlp")["model_stats"]
+    # The model has one KIND_CPU instance.
+    assert torch_stats["memory_usage"] == [{"type": "CPU", "id": 0, "byte_size": weights}]
+    (onnx_stats,) = client.get_inference_statistics("onnx_mlp")["model_stats"]
+    assert onnx_stats["memory_usage"] == []
+    import tritonclient.grpc as grpcclient
+
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
+    answer = grpc_client.get_inference_statistics("torch_mlp", as_json=True)
+    # (protobuf's JSON leaves out the zero device id)
+    assert answer["model_stats"][0]["memory_usage"] == [{"type": "CPU", "byte_size": str(weights)}]

@@ -262,18 +262,6 @@ def assert_same(case: Infer | Raw, ours: Reply, triton: Reply) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Deliberate differences shared by several cases
-
-UNKNOWN_MODEL = Deviation(
-    "Triton 2.73 (the spec we follow where versions differ) answers an unknown model with "
-    "INVALID_ARG (HTTP 400); 2.51 answered NOT_FOUND (404). tritonclient handles both.",
-    ours_status=400,
-    triton_status=404,
-    ours_error="Request for unknown model: 'no_such_model' is not found",
-)
-
-
-# ---------------------------------------------------------------------------------------------
 # Cases: every datatype
 
 NUMPY_TYPES: dict[str, Any] = {
@@ -524,9 +512,7 @@ def _model_cases() -> dict[str, Infer]:
         "version-1": Infer("versioned", _one("INPUT0", _i32(0), "INT32"), version="1"),
         "version-2": Infer("versioned", _one("INPUT0", _i32(0), "INT32"), version="2"),
         "version-missing": Infer("versioned", _one("INPUT0", _i32(0), "INT32"), version="3"),
-        "unknown-model": Infer(
-            "no_such_model", _one("INPUT0", _i32(0), "INT32"), deviation=UNKNOWN_MODEL
-        ),
+        "unknown-model": Infer("no_such_model", _one("INPUT0", _i32(0), "INT32")),
         # request ids
         "request-id": Infer("triton_error", _one("INPUT0", _f32(1), "FP32"), request_id="r-1"),
         "request-id-on-error": Infer(
@@ -598,9 +584,9 @@ RAW_CASES: dict[str, Raw] = {
     "model-ready-version": Raw("GET", "/v2/models/versioned/versions/2/ready"),
     "model-ready-unknown": Raw("GET", "/v2/models/no_such_model/ready"),
     "model-ready-unknown-version": Raw("GET", "/v2/models/add_sub/versions/3/ready"),
-    "metadata-unknown-model": Raw("GET", "/v2/models/no_such_model", deviation=UNKNOWN_MODEL),
+    "metadata-unknown-model": Raw("GET", "/v2/models/no_such_model"),
     "metadata-unknown-version": Raw("GET", "/v2/models/add_sub/versions/3"),
-    "config-unknown-model": Raw("GET", "/v2/models/no_such_model/config", deviation=UNKNOWN_MODEL),
+    "config-unknown-model": Raw("GET", "/v2/models/no_such_model/config"),
     "config-unknown-version": Raw("GET", "/v2/models/add_sub/versions/3/config"),
     "stats-unknown-model": Raw("GET", "/v2/models/no_such_model/stats"),
     "version-not-a-number": Raw("POST", "/v2/models/add_sub/versions/x/infer", {}),

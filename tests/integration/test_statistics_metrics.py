@@ -163,6 +163,21 @@ def test_statistics_equal_the_traffic_sent(
     assert stats["last_inference"] > 0
 
 
+def test_the_durations_cover_the_whole_request(
+    server: ServerHandle, client: httpclient.InferenceServerClient
+) -> None:
+    """As Triton's: a request's duration is its queue and compute durations together
+    (perf_analyzer reports the rest as "overhead", about 1 µs against Triton), and
+    compute_output includes handing the responses back to the front ends."""
+    for i in range(5):
+        infer(client, "plain", np.full(3, i, np.float32))
+        grpc_infer(server, "plain", np.zeros(2, np.float32))
+    durations = inference_stats(client, "plain")["inference_stats"]
+    parts = ("queue", "compute_input", "compute_infer", "compute_output")
+    assert durations["success"]["ns"] == sum(durations[part]["ns"] for part in parts)
+    assert all(durations[part]["ns"] > 0 for part in parts)
+
+
 def test_a_batch_counts_one_request_and_its_size_in_inferences(
     client: httpclient.InferenceServerClient,
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from pytriton_core.backends import registry
 from pytriton_core.backends.registry import BACKENDS, BackendEntry, BackendRegistry
-from pytriton_core.errors import UnsupportedError
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,8 +41,13 @@ def test_missing_dependency_inside_the_backend_module(
     sys.modules.pop("fake_backend_mod", None)
 
 
-def test_unknown_backend_lists_the_known_ones() -> None:
-    with pytest.raises(UnsupportedError, match="onnxruntime, openvino, python, pytorch"):
+def test_unknown_backend_answers_as_triton_and_lists_the_known_ones() -> None:
+    # Triton's INVALID_ARG and words (a load error a client reads), then our list.
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"unable to find backend library for backend 'no-such-backend', try specifying "
+        r"runtime on the model configuration\. \(this server provides: fil, onnxruntime, openvino",
+    ):
         BackendRegistry().get("no-such-backend")
 
 

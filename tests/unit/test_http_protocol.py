@@ -328,7 +328,7 @@ def test_core_errors_keep_the_connection(connection: Connection) -> None:
     )
     first, second = connection.responses(2)
     assert (first.status, first.json()) == (
-        400,
+        404,
         {"error": "Request for unknown model: 'missing' is not found"},
     )
     assert (second.status, second.json()) == (200, infer_answer([1], "after"))

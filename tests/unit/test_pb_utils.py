@@ -1056,12 +1056,22 @@ def test_add_input_rules() -> None:
         config.add_input({"name": "X", "dims": [1]})
     with pytest.raises(ValueError, match="lacks the 'dims' property"):
         config.add_input({"name": "X", "data_type": "TYPE_FP32"})
-    with pytest.raises(ValueError, match="datatype TYPE_FP32, but the model gives TYPE_INT8"):
+    with pytest.raises(
+        ValueError,
+        match="configuration expects datatype TYPE_FP32 for input 'IN', model provides TYPE_INT8",
+    ):
         config.add_input({"name": "IN", "data_type": "TYPE_INT8", "dims": [3]})
-    with pytest.raises(ValueError, match=r"dims \[3\], but the model gives \[4\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"the model expects dims \[4\] but the model configuration specifies dims \[3\]",
+    ):
         config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [4]})
     config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": True})
-    with pytest.raises(ValueError, match="optional True, but the model gives False"):
+    with pytest.raises(
+        ValueError,
+        match="the model expects optional False but the model configuration specifies "
+        "optional True",
+    ):
         config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": False})
     assert config.as_dict()["input"] == [
         {"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": True}
@@ -1080,9 +1090,15 @@ def test_add_output_rules() -> None:
         config.add_output({"name": "O", "data_type": "TYPE_FP32", "dims": [1], "optional": True})
     with pytest.raises(ValueError, match="lacks the 'dims' property"):
         config.add_output({"name": "O", "data_type": "TYPE_FP32"})
-    with pytest.raises(ValueError, match="datatype TYPE_FP16, but the model gives TYPE_FP32"):
+    with pytest.raises(
+        ValueError,
+        match="configuration expects datatype TYPE_FP16 for output 'OUT', model provides TYPE_FP32",
+    ):
         config.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [-1, 2]})
-    with pytest.raises(ValueError, match=r"dims \[-1, 2\], but the model gives \[2\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"the model expects dims \[2\] but the model configuration specifies dims \[-1, 2\]",
+    ):
         config.add_output({"name": "OUT", "data_type": "TYPE_FP16", "dims": [2]})
 
 

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import uuid
 import weakref
 from collections.abc import Iterator
@@ -215,20 +220,112 @@ def test_write_refuses_non_contiguous_data(client_object: shared_memory.SharedMe
         region.write(0, 64, memoryview(np.arange(8, dtype=np.uint8)[::2]))
 
 
-def test_a_shrunk_object_is_refused_not_touched(client_object: shared_memory.SharedMemory) -> None:
-    region = shm.SystemRegion.open(key_of(client_object), 4096, 4096)
-    import os
+def run_isolated(source: str) -> subprocess.CompletedProcess[str]:
+    """Run ``source`` in a fresh interpreter: a SIGBUS that is not repaired ends that one,
+    not the test session."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
-    fd = os.open(f"/dev/shm/{key_of(client_object).lstrip('/')}", os.O_RDWR)
-    try:
-        os.ftruncate(fd, 4096)  # the client shrinks it under the mapping
-    finally:
+
+SHRINK_PRELUDE = """
+    import os, sys, uuid
+    from multiprocessing import shared_memory
+    import numpy as np
+    from pytriton_core._native import shm
+
+    obj = shared_memory.SharedMemory(f"/pt_unit_{uuid.uuid4().hex[:12]}", create=True,
+                                     size=4 * 4096)
+    key = "/" + obj.name.lstrip("/")
+    obj.buf[:] = b"\\x07" * (4 * 4096)
+    region = shm.SystemRegion.open(key, 4096, 2 * 4096)
+
+    def shrink(size):
+        fd = os.open("/dev/shm/" + key.lstrip("/"), os.O_RDWR)
+        os.ftruncate(fd, size)  # the client shrinks it under the mapping
         os.close(fd)
+"""
+
+
+def test_a_shrunk_object_read_through_a_view_does_not_kill_the_process() -> None:
+    result = run_isolated(
+        SHRINK_PRELUDE
+        + """
+    array = np.frombuffer(region.view(0, 2 * 4096), np.uint8)
+    assert region.backed() and int(array[:8].sum()) == 56
+    shrink(4096 + 100)  # the region's first page keeps its end; its second page goes
+    total = int(array.astype(np.int64).sum())  # touches the page past the end: SIGBUS
     assert not region.backed()
-    with pytest.raises(shm.RegionRangeError):
+    try:
         region.view(0, 8)
-    with pytest.raises(shm.RegionRangeError):
-        region.write(0, 8, b"x")
+    except shm.RegionTruncatedError as exc:
+        print("refused:", exc)
+    try:
+        region.write(0, 8, b"x" * 8)
+    except shm.RegionTruncatedError:
+        print("write refused")
+    print("alive", total)
+    obj.close(); obj.unlink()
+    """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "refused: shared memory object" in result.stdout
+    assert "write refused" in result.stdout
+    # The 100 bytes the object keeps read 7 (ftruncate zeroes the rest of their page); the
+    # page past the new end reads zeros.
+    assert "alive 700" in result.stdout
+
+
+def test_a_write_that_meets_a_shrunk_object_raises() -> None:
+    result = run_isolated(
+        SHRINK_PRELUDE
+        + """
+    shrink(0)
+    try:
+        region.write(4096, 4096, b"x" * 4096)
+    except shm.RegionTruncatedError:
+        print("write failed, process alive", region.backed())
+    obj.close(); obj.unlink()
+    """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "write failed, process alive False" in result.stdout
+
+
+def test_faults_outside_every_region_go_to_the_previous_handler() -> None:
+    # faulthandler's SIGBUS handler is there first; a fault on another mapping reaches it.
+    result = run_isolated(
+        SHRINK_PRELUDE
+        + """
+    import faulthandler, mmap, tempfile
+    faulthandler.enable()
+    region2 = shm.SystemRegion.open(key, 0, 4096)  # the guard is installed after faulthandler
+    with tempfile.TemporaryFile() as f:
+        f.truncate(8192)
+        mapped = mmap.mmap(f.fileno(), 8192)
+        f.truncate(0)
+        obj.close(); obj.unlink()
+        print("touching", flush=True)
+        mapped[4096]  # no region of ours: the process dies as it would have
+    print("not reached")
+    """
+    )
+    assert "touching" in result.stdout and "not reached" not in result.stdout
+    assert result.returncode == -signal.SIGBUS
+    assert "Bus error" in result.stderr  # faulthandler's report
+
+
+def test_regions_hold_no_file_descriptor(client_object: shared_memory.SharedMemory) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    regions = [shm.SystemRegion.open(key_of(client_object), 0, 64) for _ in range(300)]
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert all(region.backed() for region in regions)
+    del regions
+    gc.collect()
 
 
 def test_the_mapping_lives_as_long_as_any_view(client_object: shared_memory.SharedMemory) -> None:

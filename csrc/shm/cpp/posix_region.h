@@ -3,10 +3,11 @@
 //
 // A region is [offset, offset + size) of the shared-memory object a client created
 // (shm_open name = its key). map_region() maps exactly that range read/write (from the page
-// that holds its first byte) and keeps the object's descriptor open, so that
-// region_backed() can tell later whether the client shrank the object under the mapping:
-// touching a mapped page past the object's end raises SIGBUS, so callers check before each
-// use. unmap_region() undoes both; the owner calls it once, when nothing reads the region.
+// that holds its first byte) and closes the object's descriptor at once: a region holds no
+// descriptor. A client that shrinks the object under the mapping makes a touch of the pages
+// past its end raise SIGBUS; the guard (fault_guard.h) turns that into a mark that
+// region_backed() reads, and the touch completes on anonymous memory. unmap_region() undoes
+// the mapping; the owner calls it once, when nothing reads the region.
 //
 // Range arithmetic never forms offset + size, which wraps around 2^64: check_range() is the
 // one place that decides whether a range lies inside an extent.
@@ -21,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+
+#include "fault_guard.h"
 
 namespace pytriton {
 namespace shm {
@@ -46,10 +49,11 @@ enum MapStatus : int {
     kStatFailed = 2,   // fstat (errno set)
     kOutOfObject = 3,  // the range is empty or not inside the object
     kMapFailed = 4,    // mmap (errno set)
+    kGuardFailed = 5,  // the SIGBUS guard could not take the mapping (no handler, full)
 };
 
 struct Mapping {
-    int fd = -1;
+    long guard = -1;           // the mapping's slot in the SIGBUS guard
     void* base = nullptr;      // what mmap returned: page aligned
     std::size_t length = 0;    // the bytes mapped from base
     char* data = nullptr;      // the region's first byte
@@ -92,7 +96,13 @@ inline MapStatus map_region(const char* key, std::uint64_t offset, std::uint64_t
         close(fd);
         return kMapFailed;
     }
-    out->fd = fd;
+    close(fd);  // the mapping stays; the descriptor is not needed any more
+    const long guard = guard_register(base, length);
+    if (guard < 0) {
+        munmap(base, length);
+        return kGuardFailed;
+    }
+    out->guard = guard;
     out->base = base;
     out->length = length;
     out->data = static_cast<char*>(base) + lead;
@@ -103,17 +113,15 @@ inline MapStatus map_region(const char* key, std::uint64_t offset, std::uint64_t
 
 // Undo map_region(); a no-op on an empty mapping. Exactly once per mapped region.
 inline void unmap_region(Mapping* mapping) noexcept {
+    guard_unregister(mapping->guard);  // before the pages go: no fault can be ours after
     if (mapping->base != nullptr) munmap(mapping->base, mapping->length);
-    if (mapping->fd >= 0) close(mapping->fd);
     *mapping = Mapping{};
 }
 
-// Whether the object still holds the whole region (a client may have shrunk it).
+// Whether no touch of the region has found its object shrunk (see fault_guard.h). A shrink
+// is seen at the first touch of a page past the object's new end, not before.
 inline bool region_backed(const Mapping& mapping) noexcept {
-    struct stat st;
-    if (mapping.fd < 0 || fstat(mapping.fd, &st) != 0 || st.st_size < 0) return false;
-    return check_range(static_cast<std::uint64_t>(st.st_size), mapping.offset, mapping.size) ==
-           kInRange;
+    return mapping.base != nullptr && !guard_truncated(mapping.guard);
 }
 
 // Copy n bytes from src to the region at offset. Unchecked: [offset, offset + n) must be

@@ -70,8 +70,9 @@ class HttpRequest:
     def method(self) -> str: ...
     @property
     def path(self) -> str:
-        """Percent-decoded like ``urllib.parse.unquote`` (UTF-8, invalid -> U+FFFD),
-        without query and fragment; absolute-form targets reduced to their path."""
+        """As sent, not percent-decoded (UTF-8, invalid -> U+FFFD), without query and
+        fragment; absolute-form targets reduced to their path. The router decodes the
+        parameters it captures, once."""
     @property
     def query(self) -> str:
         """The raw query string after ``?`` (not decoded); "" if none."""
@@ -121,6 +122,13 @@ class RequestAssembler:
     def take_expect_continue(self) -> bool:
         """True once for an HTTP/1.1 request with ``Expect: 100-continue`` whose body has
         not started: the protocol writes ``HTTP/1.1 100 Continue\\r\\n\\r\\n``."""
+    @property
+    def awaiting_upgrade_body(self) -> bool:
+        """An ``Upgrade`` offer with a Content-Length ended at its headers (llhttp hands its
+        body over as upgraded bytes): pass the bytes after it to ``feed_upgrade_body``."""
+    def feed_upgrade_body(self, data: bytes) -> int:
+        """Take that body from ``data``; returns how many bytes it took (the rest is the
+        next request); the request completes once its body is whole."""
     # httptools callbacks
     def on_message_begin(self) -> None: ...
     def on_url(self, url: bytes) -> None: ...

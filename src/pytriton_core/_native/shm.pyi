@@ -18,6 +18,14 @@ class RegionRangeError(ValueError):
 
     def __init__(self, part: str, offset: Any, byte_size: Any, extent: int | None) -> None: ...
 
+class RegionTruncatedError(ValueError):
+    """The client shrank the region's object under the mapping (seen by the SIGBUS guard at
+    a touch past the object's new end): the region cannot be used any more."""
+
+    key: str
+
+    def __init__(self, key: str) -> None: ...
+
 class RegionOpenError(OSError):
     """shm_open failed for the key (errno set)."""
 
@@ -38,8 +46,10 @@ def check_range(extent: int, offset: int, byte_size: int) -> None:
 
 @final
 class SystemRegion:
-    """A mapped client region; unmapped when the last reference (views and the arrays over
-    them included) goes."""
+    """A mapped client region, holding no file descriptor; unmapped when the last reference
+    (views and the arrays over them included) goes. A touch of a page past the end of an
+    object its client shrank completes on anonymous memory and marks the region truncated
+    (the compiled SIGBUS guard), instead of killing the process."""
 
     @staticmethod
     def open(key: str, offset: int, byte_size: int) -> SystemRegion:
@@ -58,17 +68,20 @@ class SystemRegion:
     @property
     def address(self) -> int: ...
     def backed(self) -> bool:
-        """Whether the object still holds the whole region (a client can shrink it)."""
+        """False once a touch found the object shrunk under the mapping (seen at the first
+        touch of a page past the new end, not before)."""
 
     def check(self, offset: int, byte_size: int) -> None:
-        """RegionRangeError unless the range is inside the region and still backed."""
+        """RegionRangeError unless the range is inside the region; RegionTruncatedError
+        once it is not backed."""
 
     def view(self, offset: int, byte_size: int) -> RegionView:
         """A read-only zero-copy view of the checked range."""
 
     def write(self, offset: int, byte_size: int, data: Buffer) -> int:
         """Copy C-contiguous ``data`` to the region at ``offset`` (checked range;
-        OutputTooLargeError when it exceeds ``byte_size``); returns the bytes copied."""
+        OutputTooLargeError when it exceeds ``byte_size``; RegionTruncatedError when the
+        region is, or the copy found it, truncated); returns the bytes copied."""
 
 @final
 class RegionView:

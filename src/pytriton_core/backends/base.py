@@ -24,7 +24,7 @@ from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.config.spec import InstanceGroup, ModelSpec
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 
@@ -79,6 +79,11 @@ class BackendInstance(abc.ABC):
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release what the instance holds; called once, from its worker thread."""
+
+    def memory_usage(self) -> Sequence[MemoryUsage]:
+        """The memory the instance's model holds, by kind and device, once it is created
+        (the statistics' ``memory_usage``); empty where the framework cannot tell."""
+        return ()
 
 
 class BackendModel(abc.ABC):

@@ -22,6 +22,7 @@ from pytriton_core import types
 from pytriton_core.backends.base import ModelLocation
 from pytriton_core.config.spec import ModelSpec, TensorSpec
 from pytriton_core.errors import ModelConfigError
+from pytriton_core.paths import confined_path
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,13 @@ class ModelTensor:
 
 def model_path(location: ModelLocation, default_model_filename: str, default: str) -> Path:
     """``<version>/<default_model_filename>``; raises ModelConfigError when it is missing."""
-    path = location.version_dir / (default_model_filename or default)
+    filename = default_model_filename or default
+    path = confined_path(
+        location.model_dir,
+        str(location.version),
+        filename,
+        what=f"default_model_filename '{filename}'",
+    )
     if not path.exists():
         raise ModelConfigError(
             f"unable to find '{path}' for model '{location.name}' version {location.version}"

@@ -48,7 +48,7 @@ from pytriton_core.config import ModelSpec
 from pytriton_core.errors import InternalError, ModelConfigError, UnsupportedError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage, merge_memory_usage
 from pytriton_core.memory.device import DeviceArray
 from pytriton_core.memory.pinned import StagingPool
 
@@ -143,6 +143,21 @@ class PyTorchInstance(BackendInstance):
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
     ) -> Sequence[InferenceResponse | None]:
         return self._runner.execute(requests, timing, self._run)
+
+    def memory_usage(self) -> Sequence[MemoryUsage]:
+        """The bytes of the module's parameters and buffers, by device (shared storage
+        counted once): what this instance's copy of the model holds."""
+        seen: set[tuple[str, int | None, int]] = set()
+        usages = []
+        for tensor in (*self._module.parameters(), *self._module.buffers()):
+            storage = tensor.untyped_storage()
+            key = (tensor.device.type, tensor.device.index, storage.data_ptr())
+            if key in seen:
+                continue
+            seen.add(key)
+            kind = "GPU" if tensor.device.type == "cuda" else "CPU"
+            usages.append(MemoryUsage(kind, tensor.device.index or 0, storage.nbytes()))
+        return merge_memory_usage(usages)
 
     def _run(self, batch: Batch) -> dict[str, np.ndarray | DeviceArray]:
         with self._modes():

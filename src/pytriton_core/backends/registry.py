@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pytriton_core.backends.base import Backend
 from pytriton_core.backends.plugins import Plugin, find_entry_point, find_in_directory
-from pytriton_core.errors import UnsupportedError
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,12 @@ class BackendRegistry:
     def _builtin(self, name: str) -> Backend:
         entry = BACKENDS.get(name)
         if entry is None:
+            # Triton's words when no backend library has the name; the list is ours.
             known = ", ".join(sorted(BACKENDS))
-            raise UnsupportedError(
-                f"unknown backend '{name}' (this server provides: {known}; plug-ins come from "
-                "--backend-directory or the 'pytriton_core.backends' entry points)"
+            raise InvalidArgumentError(
+                f"unable to find backend library for backend '{name}', try specifying runtime "
+                f"on the model configuration. (this server provides: {known}; plug-ins come "
+                "from --backend-directory or the 'pytriton_core.backends' entry points)"
             )
         try:
             module = importlib.import_module(entry.module)

@@ -23,8 +23,12 @@ _DELAY = proto.enum_type("inference.ModelQueuePolicy.TimeoutAction").Value("DELA
 _KIND_CPU = proto.enum_type("inference.ModelInstanceGroup.Kind").Value("KIND_CPU")
 
 
-def validate_config(config: Message) -> None:
-    """Raise ModelConfigError for the first rule the config breaks."""
+def validate_config(config: Message, *, check_tensors: bool = True) -> None:
+    """Raise ModelConfigError for the first rule the config breaks.
+
+    Without ``check_tensors`` the inputs and outputs are left for later, as Triton leaves
+    them while a backend may still complete them.
+    """
     cfg: Any = config
     model = cfg.name
     if not model:
@@ -33,8 +37,9 @@ def validate_config(config: Message) -> None:
     if cfg.max_batch_size < 0:
         check.fail(f"'max_batch_size' must be >= 0, got {cfg.max_batch_size}")
     _check_platform(check, cfg)
-    _check_tensors(check, "input", cfg.input)
-    _check_tensors(check, "output", cfg.output)
+    if check_tensors:
+        _check_tensors(check, "input", cfg.input)
+        _check_tensors(check, "output", cfg.output)
     if cfg.HasField("dynamic_batching"):
         _check_dynamic_batching(check, cfg.dynamic_batching, cfg.max_batch_size)
     if cfg.HasField("sequence_batching"):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
-from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor import GuardedTensor, Tensor
 
 if TYPE_CHECKING:
     from pytriton_core.tracing import RequestTrace
@@ -115,12 +115,20 @@ class InferenceRequest:
         return list(self.requested_outputs)
 
     def deliver(self, response: InferenceResponse | None, final: bool) -> None:
-        """Hand a response to whoever sent the request; call on the event loop."""
+        """Hand a response to whoever sent the request; call on the event loop.
+
+        A response computed from an input whose memory its client took away meanwhile
+        (``GuardedTensor``) is replaced by that error."""
         if self.final_sent:
             return
         self.final_sent = final
         if final:
             self._cancel_hooks = None  # nothing left to cancel; what they hold can go
+        if response is not None and response.error is None:
+            for tensor in self.inputs.values():
+                if isinstance(tensor, GuardedTensor) and (lost := tensor.lost()) is not None:
+                    response = InferenceResponse.failed(lost)
+                    break
         if self.trace is not None:
             self._trace_delivery(self.trace, response, final)
         if self.on_response is not None:

@@ -11,7 +11,7 @@ import enum
 import math
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytriton_core.options import (
@@ -52,6 +52,25 @@ class BatchDurations:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUsage:
+    """Memory a loaded model holds, as the statistics extension reports it (``memory_usage``:
+    Triton's ``type``, ``id`` and ``byte_size``)."""
+
+    kind: str  # "CPU", "CPU_PINNED" or "GPU"
+    device_id: int
+    byte_size: int
+
+
+def merge_memory_usage(usages: Iterable[MemoryUsage]) -> tuple[MemoryUsage, ...]:
+    """One entry per (kind, device), summed, in kind and device order."""
+    totals: dict[tuple[str, int], int] = {}
+    for usage in usages:
+        key = (usage.kind, usage.device_id)
+        totals[key] = totals.get(key, 0) + usage.byte_size
+    return tuple(MemoryUsage(kind, device, size) for (kind, device), size in sorted(totals.items()))
 
 
 @dataclass(slots=True)
@@ -200,6 +219,8 @@ class ModelStatistics:
     summaries: LatencySummaries | None = None
     histograms: LatencyHistograms | None = None
     first_response: Histogram | None = None
+    # What the backend could tell of the memory the model holds; () when it cannot.
+    memory_usage: tuple[MemoryUsage, ...] = ()
 
     @classmethod
     def create(

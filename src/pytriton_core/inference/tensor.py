@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from pytriton_core.errors import ServerError
 from pytriton_core.types import DataType
 
 
@@ -69,3 +71,23 @@ class DeviceTensor(Tensor):
     def on_host(self) -> bool:
         """Whether the host copy has been made."""
         return self._host is not None
+
+
+class GuardedTensor(Tensor):
+    """A tensor over memory its client can take away while the request runs (a system
+    shared-memory region it can shrink). ``lost()`` is the error to answer with once that
+    happened, else None; the request checks it as it delivers each response."""
+
+    __slots__ = ("lost",)
+
+    def __init__(
+        self,
+        name: str,
+        datatype: DataType,
+        data: np.ndarray,
+        lost: Callable[[], ServerError | None],
+    ) -> None:
+        self.name = name
+        self.datatype = datatype
+        self.data = data
+        self.lost = lost

@@ -28,12 +28,16 @@ from pytriton_core.errors import (
     NotFoundError,
     UnsupportedError,
 )
-from pytriton_core.inference.tensor import DeviceTensor, Tensor
+from pytriton_core.inference.tensor import DeviceTensor, GuardedTensor, Tensor
 from pytriton_core.inference.tensor_data import Buffer, array_from_bytes, array_to_bytes
 from pytriton_core.memory import cuda_shm
 from pytriton_core.memory.device import DeviceArray
 from pytriton_core.memory.pinned import DEFAULT_PINNED_POOL_BYTE_SIZE, StagingPool
-from pytriton_core.memory.system_shm import OutputTooLargeError, open_system_region
+from pytriton_core.memory.system_shm import (
+    OutputTooLargeError,
+    SystemSharedMemoryRegion,
+    open_system_region,
+)
 
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -217,6 +221,9 @@ class SharedMemoryManager:
             model_name=model_name,
             request_id=request_id,
         )
+        if isinstance(region, SystemSharedMemoryRegion):
+            # Its client can shrink the object while the model reads: the request fails then.
+            return GuardedTensor(input_name, datatype, array, region.lost)
         return Tensor(input_name, datatype, array)
 
     def output_target(self, output_name: str, ref: ShmReference) -> ShmOutput:

@@ -6,6 +6,10 @@ A region is unmapped when its last reference goes: the registry holds one while 
 registered, and each request that uses it holds its own (input arrays through their views,
 outputs through ``ShmOutput``), so unregistering a region in use unmaps it only once those
 requests are done.
+
+A client may shrink its object under the mapping; the compiled guard keeps the server alive
+and marks the region (see ``_native.shm``). Every later use of the region, and each request
+that was reading or writing it then, fails with ``truncated_error``.
 """
 
 from __future__ import annotations
@@ -18,11 +22,21 @@ from pytriton_core._native.shm import (
     RegionMapError,
     RegionOpenError,
     RegionRangeError,
+    RegionTruncatedError,
     SystemRegion,
 )
 from pytriton_core.errors import InternalError, InvalidArgumentError
 from pytriton_core.inference.tensor_data import Buffer
 from pytriton_core.memory.device import DeviceArray
+
+
+def truncated_error(region_name: str) -> InvalidArgumentError:
+    """The answer once a client has shrunk a region's object under the mapping."""
+    return InvalidArgumentError(
+        f"shared memory region '{region_name}' was truncated by its client while mapped "
+        "(its object is smaller than the registered range): unregister it and register it "
+        "again"
+    )
 
 
 def range_error(error: RegionRangeError, region_name: str) -> InvalidArgumentError:
@@ -66,6 +80,12 @@ class SystemSharedMemoryRegion:
             self._native.check(offset, byte_size)
         except RegionRangeError as exc:
             raise range_error(exc, self.name) from None
+        except RegionTruncatedError:
+            raise truncated_error(self.name) from None
+
+    def lost(self) -> InvalidArgumentError | None:
+        """The error to answer with once the client has shrunk the object, else None."""
+        return None if self._native.backed() else truncated_error(self.name)
 
     def read(self, offset: int, byte_size: int) -> Buffer:
         """The range's bytes as a read-only zero-copy view (which keeps the region mapped)."""
@@ -73,6 +93,8 @@ class SystemSharedMemoryRegion:
             return memoryview(self._native.view(offset, byte_size))
         except RegionRangeError as exc:
             raise range_error(exc, self.name) from None
+        except RegionTruncatedError:
+            raise truncated_error(self.name) from None
 
     def write(self, offset: int, byte_size: int, data: Buffer) -> None:
         """Copy ``data`` into the range; OutputTooLargeError when it exceeds ``byte_size``."""
@@ -80,6 +102,8 @@ class SystemSharedMemoryRegion:
             self._native.write(offset, byte_size, data)
         except RegionRangeError as exc:
             raise range_error(exc, self.name) from None
+        except RegionTruncatedError:
+            raise truncated_error(self.name) from None
 
     def write_device(self, offset: int, byte_size: int, array: DeviceArray) -> None:
         """Copy a GPU backend's output straight into the range: one device -> host copy."""
@@ -87,6 +111,9 @@ class SystemSharedMemoryRegion:
         if array.nbytes > byte_size:
             raise OutputTooLargeError(array.nbytes, byte_size)
         array.copy_to(self._native.address + offset)
+        lost = self.lost()
+        if lost is not None:  # the copy met a shrunk object
+            raise lost
 
 
 def open_system_region(
@@ -115,4 +142,10 @@ def open_system_region(
     return SystemSharedMemoryRegion(name, native)
 
 
-__all__ = ["OutputTooLargeError", "SystemSharedMemoryRegion", "open_system_region", "range_error"]
+__all__ = [
+    "OutputTooLargeError",
+    "SystemSharedMemoryRegion",
+    "open_system_region",
+    "range_error",
+    "truncated_error",
+]

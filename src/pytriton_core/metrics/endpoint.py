@@ -32,8 +32,9 @@ class MetricsEndpoint:
         async def empty(request: Request, match: RouteMatch) -> HttpResponse:
             return HttpResponse(200, (), CONTENT_TYPE)
 
-        self._router.add(r"/metrics/?", GET=metrics)
-        self._router.add(r".*", GET=empty)
+        # Triton's metrics port has no restricted category.
+        self._router.add(r"/metrics/?", None, GET=metrics)
+        self._router.add(r".*", None, GET=empty)
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()

@@ -1,47 +1,59 @@
 """Model lifecycle: load, look up and unload the models of the repositories.
 
-Loading runs in worker threads (model code may take long to initialize); lookups and
-state changes happen on the event loop.
+A load runs Triton's two steps. The poll (``polling.py``) reads the model folder and its
+config; a model unchanged since it was loaded stops there, and its load is a no-op. Then
+each version to (re)load starts on the load pool (``version_start.py``, at most
+``--model-load-thread-count`` at once, models and versions alike); versions whose folder
+did not change keep serving, untouched. A load succeeds only if every version it started
+did: otherwise the new versions are stopped and the ones serving before keep serving.
+Lookups and state changes happen on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
-
-from google.protobuf.message import Message
+from typing import TypeVar
 
 from pytriton_core import config as model_config
-from pytriton_core import proto
-from pytriton_core.backends.base import InstanceSpec, ModelLocation
 from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
-from pytriton_core.config.spec import ModelSpec
 from pytriton_core.devices import visible_gpu_ids
 from pytriton_core.errors import (
     InvalidArgumentError,
+    ModelConfigError,
     NotFoundError,
     ServerError,
     UnavailableError,
 )
-from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
-from pytriton_core.repository.agents import AgentChain, AgentRegistry
+from pytriton_core.repository.agents import AgentRegistry
 from pytriton_core.repository.checksum_agent import ChecksumAgent
-from pytriton_core.repository.overrides import OverrideDirectory
-from pytriton_core.repository.scan import ScanResult, scan_repositories
+from pytriton_core.repository.identity import ModelId, resolve, unknown_model
+from pytriton_core.repository.polling import (
+    PolledModel,
+    PollError,
+    PollSettings,
+    poll_failure,
+    poll_model,
+)
+from pytriton_core.repository.scan import scan_repositories
+from pytriton_core.repository.version_start import VersionStarter, failure_reason
 from pytriton_core.runtime.model import Model, ModelState
 from pytriton_core.runtime.services import ServerServices
 
 log = logging.getLogger(__name__)
 
-_INSTANCE_KINDS = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
+T = TypeVar("T")
+
+UNLOADED = "unloaded"  # the reason of a version unloaded on request: readiness ignores it
+DUPLICATE_REASON = "model appears in two or more repositories"
 
 
 @dataclass(frozen=True)
@@ -56,7 +68,14 @@ class IndexEntry:
 class _VersionStatus:
     state: ModelState
     reason: str = ""
-    unloaded: bool = False  # unloaded on request: strict readiness ignores it
+
+
+class LoadFailure(Exception):
+    """A load that failed, with the error its client gets."""
+
+    def __init__(self, error: ServerError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class ModelManager:
@@ -71,68 +90,87 @@ class ModelManager:
         services: ServerServices | None = None,
     ) -> None:
         self._options = options
-        self._services = services
-        self._host_staging = host_staging
-        self._custom_metrics = custom_metrics
-        self._device_pools = DevicePools(options.memory.cuda_memory_pool_byte_size)
-        self._backends = backends
         self._loop = loop
-        self._models: dict[str, dict[int, Model]] = {}
-        # What the index reports, failures included; None as version: the whole model.
-        self._status: dict[str, dict[int | None, _VersionStatus]] = {}
-        self._known: dict[str, Path] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._gpu_ids = visible_gpu_ids()
-        self._fingerprints: dict[str, tuple[tuple[str, int, int], ...]] = {}
-        self._override_dirs: dict[str, OverrideDirectory] = {}
-        # model_repository_agents: the agents each loaded model went through.
-        self._agents = AgentRegistry(options.repoagent_directory, {"checksum": ChecksumAgent})
-        self._agent_chains: dict[str, AgentChain] = {}
+        self._namespacing = options.model_namespacing
+        gpu_ids = visible_gpu_ids(options.min_supported_compute_capability)
+        self._poll_settings = PollSettings(
+            options.model_config_name,
+            options.disable_auto_complete_config,
+            gpu_ids,
+            AgentRegistry(options.repoagent_directory, {"checksum": ChecksumAgent}),
+        )
+        self._starter = VersionStarter(
+            options,
+            backends,
+            loop,
+            gpu_ids,
+            host_staging,
+            DevicePools(options.memory.cuda_memory_pool_byte_size),
+            custom_metrics,
+            services,
+        )
+        # Polls and version starts, for every model at once: --model-load-thread-count.
+        self._load_pool = ThreadPoolExecutor(
+            max_workers=max(1, options.model_load_thread_count), thread_name_prefix="model-load"
+        )
+        self._sources: dict[ModelId, Path] = {}  # the last scan: each model's folder
+        self._duplicates: dict[str, list[Path]] = {}  # without namespacing: served by none
+        self._models: dict[ModelId, dict[int, Model]] = {}  # the versions serving
+        # Triton's lifecycle map: every version a load started, with its state; a model
+        # whose load found no version has an empty map (and keeps the server not ready).
+        self._states: dict[ModelId, dict[int, _VersionStatus]] = {}
+        self._polled: dict[ModelId, PolledModel] = {}  # what each served model came from
+        self._locks: dict[ModelId, asyncio.Lock] = {}
 
     # ----------------------------------------------------------------- lookups
 
+    def _resolve(self, name: str) -> ModelId:
+        return resolve(name, self._states, self._namespacing)
+
     def get(self, name: str, version: int = -1) -> Model:
         """The model version requests go to, with Triton's messages when there is none."""
-        versions = self._models.get(name)
-        if versions is None:
-            if name in self._status:
-                raise UnavailableError(
-                    f"Request for unknown model: '{name}' has no available versions"
-                )
-            raise InvalidArgumentError(f"Request for unknown model: '{name}' is not found")
+        model_id = self._resolve(name)
+        states = self._states.get(model_id)
+        if states is None:
+            raise unknown_model(model_id)
+        serving = self._models.get(model_id, {})
         if version < 0:
-            ready = [v for v, m in versions.items() if m.state is ModelState.READY]
+            ready = [v for v, m in serving.items() if m.state is ModelState.READY]
             if not ready:
                 raise NotFoundError(
-                    f"Request for unknown model: '{name}' has no available versions"
+                    f"Request for unknown model: '{model_id}' has no available versions"
                 )
-            return versions[max(ready)]
-        model = versions.get(version)
-        if model is None:
+            return serving[max(ready)]
+        model = serving.get(version)
+        if model is None and version not in states:
             raise NotFoundError(
-                f"Request for unknown model: '{name}' version {version} is not found"
+                f"Request for unknown model: '{model_id}' version {version} is not found"
             )
-        if model.state is not ModelState.READY:
+        if model is None or model.state is not ModelState.READY:
             raise UnavailableError(
-                f"Request for unknown model: '{name}' version {version} is not at ready state"
+                f"Request for unknown model: '{model_id}' version {version} is not at ready state"
             )
         return model
 
     def ready_versions(self, name: str) -> list[Model]:
+        try:
+            model_id = self._resolve(name)
+        except ServerError:
+            return []
         return sorted(
-            (m for m in self._models.get(name, {}).values() if m.state is ModelState.READY),
+            (m for m in self._models.get(model_id, {}).values() if m.state is ModelState.READY),
             key=lambda m: m.version,
         )
 
     def all_ready(self) -> list[Model]:
-        return [m for name in sorted(self._models) for m in self.ready_versions(name)]
+        return [m for m in self.loaded() if m.state is ModelState.READY]
 
     def loaded(self) -> list[Model]:
         """Every loaded model version, in name and version order (READY or draining)."""
         return [
             model
-            for name in sorted(self._models)
-            for _, model in sorted(self._models[name].items())
+            for model_id in sorted(self._models)
+            for _, model in sorted(self._models[model_id].items())
         ]
 
     def in_flight(self) -> int:
@@ -140,24 +178,37 @@ class ModelManager:
         return sum(m.in_flight for versions in self._models.values() for m in versions.values())
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        entries: list[IndexEntry] = []
-        for name in sorted(set(self._known) | set(self._status)):
-            statuses = self._status.get(name)
-            if not statuses:
+        """Triton's repository index: the models of the repositories (and those loaded from
+        a load's own files), each version the lifecycle knows with its state."""
+        entries: list[tuple[tuple[str, str], IndexEntry]] = []
+        if not ready_only:
+            for name in self._duplicates:
+                entry = IndexEntry(name, None, ModelState.UNAVAILABLE, DUPLICATE_REASON)
+                entries.append((("", name), entry))
+        for model_id in set(self._sources) | set(self._states):
+            states = self._states.get(model_id)
+            key = (model_id.namespace, model_id.name)
+            if states is None:
                 if not ready_only:
-                    entries.append(IndexEntry(name, None, None))
+                    entries.append((key, IndexEntry(model_id.name, None, None)))
                 continue
-            for version, status in sorted(statuses.items(), key=lambda kv: kv[0] or -1):
+            for version, status in sorted(states.items()):
                 if ready_only and status.state is not ModelState.READY:
                     continue
-                entries.append(IndexEntry(name, version, status.state, status.reason))
-        return entries
+                entries.append(
+                    (key, IndexEntry(model_id.name, version, status.state, status.reason))
+                )
+        entries.sort(key=lambda item: item[0])
+        return [entry for _, entry in entries]
 
     def is_ready(self) -> bool:
-        """Strict readiness: every model loaded and every one of its versions ready."""
-        for statuses in self._status.values():
-            for status in statuses.values():
-                if status.state is not ModelState.READY and not status.unloaded:
+        """Strict readiness, as Triton's: every version a load started is ready (or was
+        unloaded on request), and no model's load found itself without a version."""
+        for states in self._states.values():
+            if not states:
+                return False
+            for status in states.values():
+                if status.state is not ModelState.READY and status.reason != UNLOADED:
                     return False
         return True
 
@@ -165,55 +216,73 @@ class ModelManager:
 
     async def load_startup_models(self) -> list[str]:
         """Load what the control mode asks for at start; returns the names that failed."""
-        scan = self._rescan()
-        names = sorted(scan.models)
-        if self._options.model_control_mode is ModelControlMode.EXPLICIT:
-            wanted = self._options.load_models
-            names = names if "*" in wanted else [n for n in wanted if n in scan.models]
-            for name in (n for n in wanted if n != "*" and n not in scan.models):
-                self._status[name] = {
-                    None: _VersionStatus(
-                        ModelState.UNAVAILABLE, f"model '{name}' not found in any repository"
-                    )
-                }
-        errors = await asyncio.gather(*(self._load_locked(name) for name in names))
-        failed = [name for name, error in zip(names, errors, strict=True) if error]
-        for name in failed + list(scan.conflicts):
-            log.error("failed to load '%s'", name)
-        return (
-            failed
-            + list(scan.conflicts)
-            + [n for n in self._options.load_models if n in self._status and n not in scan.models]
+        self._rescan()
+        ids = sorted(self._sources)
+        duplicates = sorted(self._duplicates)
+        failed: list[str] = []
+        wanted = self._options.load_models
+        if self._options.model_control_mode is ModelControlMode.EXPLICIT and "*" not in wanted:
+            # Only the models asked for are polled, as in Triton.
+            ids = [model_id for model_id in ids if model_id.name in wanted]
+            duplicates = [name for name in duplicates if name in wanted]
+            found = {model_id.name for model_id in ids}
+            for name in (n for n in wanted if n not in found and n not in duplicates):
+                log.error(
+                    "failed to poll model '%s': model not found in any model repository.", name
+                )
+                failed.append(name)
+        for name in duplicates:
+            log.error("failed to poll model '%s': not unique across all model repositories", name)
+            failed.append(name)
+        outcomes = await asyncio.gather(
+            *(self._load_id(model_id) for model_id in ids), return_exceptions=True
         )
+        for model_id, outcome in zip(ids, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                failed.append(str(model_id))
+        return failed
 
     async def load(
         self,
         name: str,
-        config_override: Message | None = None,
+        config_json: str | None = None,
         files: Mapping[str, bytes] | None = None,
     ) -> None:
-        """Load or reload a model (the repository extension); raises on failure."""
-        if files and config_override is None:
-            raise InvalidArgumentError(
-                f"failed to load '{name}': file overrides require the 'config' parameter"
-            )
-        if not files:
-            self._rescan()
-            if name not in self._known:
-                raise InvalidArgumentError(
-                    f"failed to load '{name}', failed to poll from model repository"
-                )
-        error = await self._load_locked(name, config_override, files)
-        if error:
-            raise InvalidArgumentError(f"failed to load '{name}': {error}")
+        """Load or reload a model (the repository extension); raises on failure.
+
+        ``config_json`` replaces the model's config.pbtxt; ``files`` ("file:<path>" →
+        bytes) replace the model folder and need ``config_json``.
+        """
+        self._rescan()
+        ids = [model_id for model_id in self._sources if model_id.name == name]
+        if files or not ids:
+            ids = [ModelId("", name)]
+        if not files and name in self._duplicates:
+            log.error("failed to poll model '%s': not unique across all model repositories", name)
+            raise poll_failure(name)
+        for model_id in ids:
+            try:
+                await self._load_id(model_id, config_json, files)
+            except LoadFailure as failure:
+                raise failure.error from None
 
     async def unload(self, name: str) -> None:
         """Unload every version of a model; unknown names are ignored, as Triton does."""
-        async with self._lock(name):
-            await self._unload_unlocked(name)
+        model_ids = [model_id for model_id in self._states if model_id.name == name]
+        for model_id in model_ids:
+            async with self._lock(model_id):
+                await self._unload_unlocked(model_id)
 
-    async def unload_all(self) -> None:
-        await asyncio.gather(*(self.unload(name) for name in list(self._models)))
+    async def unload_all(self, timeout_s: float | None = None) -> None:
+        """Unload every model (the server stops), each given ``timeout_s`` (default: the
+        exit timeout) for the requests it still holds."""
+
+        async def unload(model_id: ModelId) -> None:
+            async with self._lock(model_id):
+                await self._unload_unlocked(model_id, timeout_s)
+
+        await asyncio.gather(*(unload(model_id) for model_id in list(self._models)))
+        self._load_pool.shutdown(wait=False)
 
     async def poll_forever(self, interval_s: float) -> None:
         """POLL mode: apply added, changed and removed models every ``interval_s``."""
@@ -225,223 +294,201 @@ class ModelManager:
                 log.exception("polling the model repository failed")
 
     async def poll_once(self) -> None:
-        scan = self._rescan()
-        for name in sorted(set(self._models) - set(scan.models)):
-            log.info("model '%s' removed from the repository: unloading", name)
-            await self.unload(name)
-        for name, model_dir in sorted(scan.models.items()):
-            fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
-            if self._fingerprints.get(name) != fingerprint:
-                log.info("model '%s' added or changed: loading", name)
-                await self._load_locked(name)
+        self._rescan()
+        for model_id in sorted(set(self._models) - set(self._sources)):
+            log.info("model '%s' removed from the repository: unloading", model_id)
+            async with self._lock(model_id):
+                await self._unload_unlocked(model_id)
+        await asyncio.gather(
+            *(self._load_id(model_id) for model_id in sorted(self._sources)),
+            return_exceptions=True,
+        )
 
     # ------------------------------------------------------------ loading
 
-    def _rescan(self) -> ScanResult:
+    def _rescan(self) -> None:
         scan = scan_repositories(self._options.model_repositories)
-        self._known = dict(scan.models)
-        for name, dirs in scan.conflicts.items():
-            where = ", ".join(str(d) for d in dirs)
-            self._status[name] = {
-                None: _VersionStatus(
-                    ModelState.UNAVAILABLE,
-                    f"model '{name}' appears in several repositories: {where}",
-                )
-            }
-        return scan
-
-    def _lock(self, name: str) -> asyncio.Lock:
-        return self._locks.setdefault(name, asyncio.Lock())
-
-    async def _load_locked(
-        self,
-        name: str,
-        config_override: Message | None = None,
-        files: Mapping[str, bytes] | None = None,
-    ) -> str | None:
-        async with self._lock(name):
-            override = OverrideDirectory(name, files) if files else None
-            model_dir = override.model_dir if override else self._known[name]
-            error = await self._load_unlocked(name, model_dir, config_override)
-            previous = self._override_dirs.pop(name, None)
-            if error and override is not None:
-                override.cleanup()
-                if previous is not None:
-                    self._override_dirs[name] = previous
-            else:
-                if previous is not None:
-                    previous.cleanup()
-                if override is not None:
-                    self._override_dirs[name] = override
-            return error
-
-    async def _load_unlocked(
-        self, name: str, model_dir: Path, config_override: Message | None
-    ) -> str | None:
-        """Load the versions, then swap them in; the old ones keep serving until then."""
-        if name not in self._models:
-            self._status[name] = {None: _VersionStatus(ModelState.LOADING)}
-        self._fingerprints[name] = await asyncio.to_thread(_fingerprint, model_dir)
-        try:
-            config, versions, chain = await asyncio.to_thread(
-                self._prepare, name, model_dir, config_override
-            )
-        except ServerError as exc:
-            log.error("failed to load '%s': %s", name, exc.message)
-            if name not in self._models:
-                self._status[name] = {None: _VersionStatus(ModelState.UNAVAILABLE, exc.message)}
-            return exc.message
-        if chain is not None:
-            model_dir = chain.location  # the last agent's folder
-        loaded: dict[int, Model] = {}
-        statuses: dict[int | None, _VersionStatus] = {}
-        errors: list[str] = []
-        for version in versions:
-            try:
-                loaded[version] = await asyncio.to_thread(
-                    self._start_version, version, model_dir, config
-                )
-                statuses[version] = _VersionStatus(ModelState.READY)
-                log.info("successfully loaded '%s' version %d", name, version)
-            except Exception as exc:
-                message = (
-                    exc.message if isinstance(exc, ServerError) else f"{type(exc).__name__}: {exc}"
-                )
-                log.error("failed to load '%s' version %d: %s", name, version, message)
-                statuses[version] = _VersionStatus(ModelState.UNAVAILABLE, message)
-                errors.append(f"version {version}: {message}")
-        if chain is not None:
-            await asyncio.to_thread(chain.load_finished, bool(loaded))
-        if not loaded and name in self._models:
-            return "; ".join(errors)  # a failed reload leaves the old versions serving
-        previous = self._models.get(name, {})
-        previous_chain = self._agent_chains.pop(name, None)
-        if chain is not None and loaded:
-            self._agent_chains[name] = chain
-        self._models[name] = loaded
-        self._status[name] = statuses
-        await self._stop_versions(previous.values(), previous_chain)
-        return "; ".join(errors) or None
-
-    async def _stop_versions(self, models: Any, chain: AgentChain | None) -> None:
-        """Stop model versions, with their agents' unload actions around it."""
-        if chain is not None:
-            await asyncio.to_thread(chain.unload)
-        for model in list(models):
-            await model.stop(self._options.exit_timeout_secs)
-        if chain is not None:
-            await asyncio.to_thread(chain.unload_finished)
-
-    async def _unload_unlocked(self, name: str) -> None:
-        versions = self._models.pop(name, {})
-        statuses = self._status.setdefault(name, {})
-        for model in versions.values():
-            statuses[model.version] = _VersionStatus(ModelState.UNLOADING)
-        await self._stop_versions(versions.values(), self._agent_chains.pop(name, None))
-        for model in versions.values():
-            statuses[model.version] = _VersionStatus(
-                ModelState.UNAVAILABLE, "unloaded", unloaded=True
-            )
-        statuses.pop(None, None)
-        self._fingerprints.pop(name, None)
-        override = self._override_dirs.pop(name, None)
-        if override is not None:
-            override.cleanup()
-
-    # ------------------------------------------------------------ internals
-
-    def _prepare(
-        self, name: str, model_dir: Path, config_override: Message | None
-    ) -> tuple[Message, list[int], AgentChain | None]:
-        """The completed, normalized, validated config, the versions to serve, and the
-        repository agents the model went through (they may have moved its files)."""
-        config: Message | None
-        if config_override is not None:
-            config = proto.ModelConfig()
-            config.CopyFrom(config_override)
+        if self._namespacing:
+            # Every repository is a namespace: a name in two of them is two models.
+            folders = [*scan.models.values(), *(p for ps in scan.conflicts.values() for p in ps)]
+            self._sources = {ModelId(str(path.parent), path.name): path for path in folders}
+            self._duplicates = {}
         else:
-            config = model_config.read_model_config(model_dir, self._options.model_config_name)
-        if config is None:
-            config = proto.ModelConfig()
-        # As Triton: the agents see the config as read, before anything is filled in.
-        chain = self._agents.run_load(name, model_dir, config)
-        if chain is not None:
-            model_dir = chain.location
+            self._sources = {ModelId("", name): path for name, path in scan.models.items()}
+            self._duplicates = dict(scan.conflicts)
+
+    def _lock(self, model_id: ModelId) -> asyncio.Lock:
+        return self._locks.setdefault(model_id, asyncio.Lock())
+
+    async def _in_pool(self, function: Callable[..., T], *args: object, **kwargs: object) -> T:
+        return await self._loop.run_in_executor(self._load_pool, lambda: function(*args, **kwargs))
+
+    async def _load_id(
+        self,
+        model_id: ModelId,
+        config_json: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Poll and load one model; raises LoadFailure (already logged)."""
+        async with self._lock(model_id):
+            previous = self._polled.get(model_id) if model_id in self._models else None
+            try:
+                polled = await self._in_pool(
+                    poll_model,
+                    model_id,
+                    None if files else self._sources.get(model_id),
+                    self._poll_settings,
+                    config_json=config_json,
+                    files=files,
+                    loaded=previous.timestamp if previous is not None else None,
+                )
+            except PollError as exc:
+                if "not found in any model repository" in exc.detail:
+                    log.error("failed to poll model '%s': %s", model_id, exc.detail)
+                else:
+                    log.error("Poll failed for model directory '%s': %s", model_id, exc.detail)
+                if exc.refusal is not None:
+                    raise LoadFailure(
+                        type(exc.refusal)(f"failed to load '{model_id.name}': {exc.detail}")
+                    ) from None
+                raise LoadFailure(poll_failure(model_id.name)) from None
+            if polled is None:
+                log.debug("model '%s' is unchanged: nothing to load", model_id)
+                return
+            try:
+                await self._load_versions(polled, previous)
+            except BaseException:
+                if polled.agents is not None:
+                    await self._in_pool(polled.agents.load_finished, False)
+                polled.release()
+                raise
+            if polled.agents is not None:
+                await self._in_pool(polled.agents.load_finished, True)
+
+    async def _load_versions(self, polled: PolledModel, previous: PolledModel | None) -> None:
+        model_id = polled.model_id
+        states = self._states.setdefault(model_id, {})
         try:
-            return (*self._complete(name, model_dir, config), chain)
-        except BaseException:
-            if chain is not None:
-                chain.load_finished(False)
-            raise
-
-    def _complete(self, name: str, model_dir: Path, config: Message) -> tuple[Message, list[int]]:
-        model_config.fill_server_side_fields(config, name, model_dir)
-        available = model_config.list_version_dirs(model_dir)
-        backend_name = _backend_of(config)
-        backend = self._backends.get(backend_name) if backend_name else None
-        if backend is not None and not self._options.disable_auto_complete_config and available:
-            backend.auto_complete_config(
-                config, self._location(name, model_dir, max(available), config)
+            available = model_config.list_version_dirs(polled.model_dir)
+            versions = model_config.select_versions(polled.config, available)
+        except ModelConfigError:
+            message = (
+                "at least one version must be available under the version policy of model "
+                f"'{model_id}'"
             )
-        model_config.normalize_config(config, gpu_ids=self._gpu_ids)
-        model_config.validate_config(config)
-        versions = model_config.select_versions(config, available)
-        return config, versions
-
-    def _location(self, name: str, model_dir: Path, version: int, config: Message) -> ModelLocation:
-        backend_name = _backend_of(config)
-        return ModelLocation(
-            name=name,
-            version=version,
-            model_dir=model_dir,
-            version_dir=model_dir / str(version),
-            backend_config=self._options.backend_settings(backend_name),
-            global_backend_config=self._options.backend_settings(""),
-            host_staging=self._host_staging,
-            device_pools=self._device_pools,
-            custom_metrics=self._custom_metrics,
-            python_based_dir=self._backends.python_based_dir(backend_name),
+            log.error("failed to load model '%s': %s", model_id, message)
+            raise LoadFailure(
+                InvalidArgumentError(f"load failed for model '{model_id}': {message}\n")
+            ) from None
+        serving = self._models.get(model_id, {})
+        # Versions may keep serving only from the same folder: agents made a new one.
+        same_config = (
+            previous is not None
+            and previous.config == polled.config
+            and polled.agents is None
+            and previous.agents is None
         )
-
-    def _start_version(self, version: int, model_dir: Path, config: Message) -> Model:
-        spec = ModelSpec.from_config(config, version)
-        backend = self._backends.get(spec.backend)
-        location = self._location(spec.name, model_dir, version, config)
-        backend_model = backend.load_model(spec, location, config)
-        metrics = self._options.metrics if self._options.allow_metrics else None
-        stats = ModelStatistics.create(metrics, spec.histogram_buckets)
-        model = Model(
-            spec, config, model_dir, backend_model, self._loop, stats, services=self._services
+        keep = {
+            version
+            for version in versions
+            if version in serving
+            and same_config
+            and previous is not None
+            and not previous.timestamp.version_modified(polled.timestamp, version)
+        }
+        to_start = [version for version in versions if version not in keep]
+        for version in to_start:
+            log.info("loading: %s:%d", model_id, version)
+            if version not in serving:  # a serving version reloads in the background
+                states[version] = _VersionStatus(ModelState.LOADING)
+        outcomes = await asyncio.gather(
+            *(self._in_pool(self._starter.start, polled, v) for v in to_start),
+            return_exceptions=True,
         )
-        model.start(instance_specs(spec))
-        return model
+        started = {
+            v: outcome
+            for v, outcome in zip(to_start, outcomes, strict=True)
+            if isinstance(outcome, Model)
+        }
+        failures = {
+            v: failure_reason(outcome)
+            for v, outcome in zip(to_start, outcomes, strict=True)
+            if isinstance(outcome, BaseException)
+        }
+        if failures:
+            await self._abandon(model_id, started, failures, serving)
+            reasons = "".join(
+                f"version {v} is at {ModelState.UNAVAILABLE.value} state: {text};"
+                for v, text in sorted(failures.items())
+            )
+            log.info("failed to load '%s'", model_id)
+            raise LoadFailure(
+                InvalidArgumentError(f"load failed for model '{model_id}': {reasons}\n")
+            )
+        replaced = [serving[v] for v in started if v in serving]
+        dropped = [serving[v] for v in serving if v not in versions]
+        self._models[model_id] = {
+            **{v: m for v, m in serving.items() if v in keep},
+            **started,
+        }
+        for version in started:
+            states[version] = _VersionStatus(ModelState.READY)
+        self._polled[model_id] = polled
+        for model in dropped:
+            states[model.version] = _VersionStatus(ModelState.UNLOADING)
+        previous_agents = previous.agents if previous is not None else None
+        if previous_agents is not None:
+            await self._in_pool(previous_agents.unload)
+        await self._stop_models([*replaced, *dropped], model_id)
+        if previous_agents is not None:
+            await self._in_pool(previous_agents.unload_finished)
+        for model in dropped:
+            states[model.version] = _VersionStatus(ModelState.UNAVAILABLE, UNLOADED)
+        if previous is not None and previous is not polled:
+            previous.release()
+        log.info("successfully loaded '%s'", model_id)
 
+    async def _abandon(
+        self,
+        model_id: ModelId,
+        started: dict[int, Model],
+        failures: dict[int, str],
+        serving: dict[int, Model],
+    ) -> None:
+        """A load with a failed version: its new versions stop; those serving stay."""
+        states = self._states[model_id]
+        for version, reason in failures.items():
+            log.error("failed to load '%s' version %d: %s", model_id, version, reason)
+            if version not in serving:
+                states[version] = _VersionStatus(ModelState.UNAVAILABLE, reason)
+        await self._stop_models(list(started.values()), model_id)
+        for version in started:
+            if version not in serving:
+                states[version] = _VersionStatus(ModelState.UNAVAILABLE, UNLOADED)
 
-def instance_specs(spec: ModelSpec) -> list[InstanceSpec]:
-    """One spec per instance, named ``<group>_<index>`` as Triton names them."""
-    specs: list[InstanceSpec] = []
-    for group in spec.instance_groups:
-        kind = _INSTANCE_KINDS.get(group.kind, "CPU")
-        devices = list(group.gpus) if kind == "GPU" else [0]
-        index = 0
-        for device in devices:
-            for _ in range(group.count):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device, group))
-                index += 1
-    return specs
+    async def _stop_models(self, models: list[Model], model_id: ModelId) -> None:
+        for model in models:
+            await model.stop(self._options.exit_timeout_secs)
+            log.info("successfully unloaded '%s' version %d", model_id, model.version)
 
-
-def _backend_of(config: Message) -> str:
-    # ModelConfig's fields are dynamic to the type checker (the pool is built at run time).
-    return str(cast(Any, config).backend)
-
-
-def _fingerprint(model_dir: Path) -> tuple[tuple[str, int, int], ...]:
-    """What changes when any file of the model changes (POLL mode)."""
-    entries = []
-    for path in sorted(model_dir.rglob("*")):
-        if "__pycache__" in path.parts:
-            continue
-        stat = path.stat()
-        entries.append((str(path.relative_to(model_dir)), stat.st_mtime_ns, stat.st_size))
-    return tuple(entries)
+    async def _unload_unlocked(self, model_id: ModelId, timeout_s: float | None = None) -> None:
+        if timeout_s is None:
+            timeout_s = self._options.exit_timeout_secs
+        versions = self._models.pop(model_id, {})
+        states = self._states.get(model_id)
+        if states is None:
+            return
+        for model in versions.values():
+            states[model.version] = _VersionStatus(ModelState.UNLOADING)
+        polled = self._polled.pop(model_id, None)
+        agents = polled.agents if polled is not None else None
+        if agents is not None:
+            await self._in_pool(agents.unload)
+        for model in versions.values():
+            await model.stop(timeout_s)
+            states[model.version] = _VersionStatus(ModelState.UNAVAILABLE, UNLOADED)
+            log.info("successfully unloaded '%s' version %d", model_id, model.version)
+        if agents is not None:
+            await self._in_pool(agents.unload_finished)
+        if polled is not None:
+            polled.release()

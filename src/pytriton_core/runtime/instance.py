@@ -11,7 +11,7 @@ from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceS
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
 from pytriton_core.scheduling.base import Scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
@@ -40,12 +40,14 @@ class ModelInstance:
         on_batch_done: BatchDone,
         schedule_on_loop: Callable[..., object],
         warmup: Sequence[WarmupSample] = (),
+        model_name: str = "",
         *,
         rate_limit: InstanceSlot | None = None,
     ) -> None:
         """``rate_limit``: the instance's place in the server's rate limiter, which it
         acquires before each execution (None: rate limiting is off)."""
         self.spec = spec
+        self._model_name = model_name
         self._rate_limit = rate_limit
         self._warmup = warmup
         self._backend_model = backend_model
@@ -54,6 +56,7 @@ class ModelInstance:
         self._schedule_on_loop = schedule_on_loop
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
+        self.memory_usage: tuple[MemoryUsage, ...] = ()  # set once the backend instance exists
         self._thread = threading.Thread(target=self._run, name=f"instance-{spec.name}", daemon=True)
 
     def start(self) -> None:
@@ -77,6 +80,7 @@ class ModelInstance:
             self._ready.set()
             return
         try:
+            self.memory_usage = tuple(backend_instance.memory_usage())
             # Not ready until warmed up; a failing warm-up fails the instance (and the load).
             run_warmup(backend_instance, self._warmup, self.spec.name)
         except BaseException as exc:
@@ -102,6 +106,13 @@ class ModelInstance:
             if rate_limit is not None:
                 rate_limit.acquire()  # the wait counts as queueing, as in Triton
             timing = ComputeTiming(start_ns=time.monotonic_ns())
+            if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
+                log.debug(
+                    "model %s, instance %s, executing %d requests",
+                    self._model_name,
+                    self.spec.name,
+                    len(batch),
+                )
             responses: Sequence[InferenceResponse | None] | ServerError
             try:
                 responses = backend_instance.execute(batch, timing)

@@ -24,7 +24,13 @@ from pytriton_core.errors import CancelledError, ErrorCode, ServerError, Unavail
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.response_cache import CacheEntry, InsertOutcome, cache_key
-from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
+from pytriton_core.inference.statistics import (
+    ComputeTiming,
+    FailureReason,
+    ModelStatistics,
+    merge_memory_usage,
+)
+from pytriton_core.paths import confined_path
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
 from pytriton_core.runtime.services import ServerServices
@@ -88,7 +94,13 @@ class Model:
         self._release_order: deque[InferenceRequest] | None = deque() if preserve else None
         self._held: dict[int, InferenceResponse] = {}
         self._labels = {
-            output.name: classification.read_labels(model_dir / output.label_filename)
+            output.name: classification.read_labels(
+                confined_path(
+                    model_dir,
+                    output.label_filename,
+                    what=f"label_filename '{output.label_filename}'",
+                )
+            )
             for output in spec.outputs.values()
             if output.label_filename
         }
@@ -114,6 +126,7 @@ class Model:
                     self._batch_done,
                     self._loop.call_soon_threadsafe,
                     warmup,
+                    model_name=self.name,
                     rate_limit=self._register_rate_limit(instance_spec),
                 )
                 instance.start()
@@ -123,6 +136,9 @@ class Model:
             scheduler.stop(len(self._instances))
             self._join_and_finalize()
             raise
+        self.stats.memory_usage = merge_memory_usage(
+            usage for instance in self._instances for usage in instance.memory_usage
+        )
         self.state = ModelState.READY
 
     def _register_rate_limit(self, instance_spec: InstanceSpec) -> InstanceSlot | None:
@@ -315,12 +331,19 @@ class Model:
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
             return
+        # The durations cover the server's time as Triton's do: a request's starts when it
+        # is handed to the model (after its front end parsed it, as Triton's starts at
+        # InferAsync), and compute_output lasts until the responses reach the front ends
+        # here on the loop, as Triton's lasts until the backend has sent them. So request
+        # = queue + compute input + infer + output, with no unaccounted overhead.
+        timing.end_ns = end_ns
         stats.record_execution(sum(r.batch_size for r in batch), timing)
         for request, response in zip(batch, responses, strict=True):
             self._in_flight -= 1
             # An error the model answered with still counts as a successful execution, as
             # Triton counts it; so does a request answered through its response sender.
-            stats.record_request_success(request.arrival_ns, request.queue_start_ns, timing, end_ns)
+            start_ns = request.queue_start_ns
+            stats.record_request_success(start_ns, start_ns, timing, end_ns)
             if response is None:  # answered through its response sender
                 if self._misses:
                     self._misses.pop(id(request), None)
@@ -390,6 +413,13 @@ class Model:
         join_s = max(1.0, deadline - loop.time())
         await asyncio.to_thread(self._join_and_finalize, join_s)
         self.state = ModelState.UNAVAILABLE
+
+    def stop_blocking(self) -> None:
+        """Stop a model that never served (a load that failed after it started): the
+        instances end and the model is finalized. Call from a worker thread."""
+        self.state = ModelState.UNAVAILABLE
+        self._scheduler.stop(len(self._instances))
+        self._join_and_finalize()
 
     def _join_and_finalize(self, timeout_s: float | None = None) -> None:
         if self._rate_limiter is not None and self._rate_limit_slots:

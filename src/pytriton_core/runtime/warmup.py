@@ -29,6 +29,7 @@ from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import Tensor
 from pytriton_core.inference.tensor_data import array_from_bytes
+from pytriton_core.paths import confined_path
 
 WARMUP_DIR = "warmup"
 # How long a decoupled model may take to send the final response of a warm-up request.
@@ -90,7 +91,12 @@ def _sample_tensor(
     count = types.element_count(shape)
     array: np.ndarray
     if data.input_data_file:
-        path = model_dir / WARMUP_DIR / data.input_data_file
+        path = confined_path(
+            model_dir,
+            WARMUP_DIR,
+            data.input_data_file,
+            what=f"{where}: input_data_file '{data.input_data_file}'",
+        )
         try:
             raw = path.read_bytes()
         except OSError as exc:

@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 
 from pytriton_core import types
 from pytriton_core._version import __version__
-from pytriton_core.config import TensorSpec, config_from_json
+from pytriton_core.config import TensorSpec
 from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
@@ -29,6 +29,7 @@ from pytriton_core.inference.tensor import Tensor
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
 from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.paths import check_model_name
 from pytriton_core.repository.manager import IndexEntry, ModelManager
 from pytriton_core.runtime.model import Model
 from pytriton_core.service.statistics_report import statistics_document
@@ -217,8 +218,8 @@ class InferenceService:
     ) -> None:
         """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
         self._require_explicit_mode()
-        override = config_from_json(config) if config else None
-        await self._manager.load(name, override, files)
+        check_model_name(name)  # the one check of a client's model name, at the API edge
+        await self._manager.load(name, config, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._require_explicit_mode()

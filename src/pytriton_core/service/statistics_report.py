@@ -46,5 +46,8 @@ def _model_stats(model: Model) -> dict[str, Any]:
             }
             for size, b in sorted(s.batch_stats.items())
         ],
-        "memory_usage": [],
+        "memory_usage": [
+            {"type": usage.kind, "id": usage.device_id, "byte_size": usage.byte_size}
+            for usage in s.memory_usage
+        ],
     }

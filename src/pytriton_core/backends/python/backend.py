@@ -8,11 +8,9 @@ there is no stub process and no /dev/shm pool: tensors stay numpy arrays end to 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import inspect
 import json
 import sys
-import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +29,7 @@ from pytriton_core.backends.base import (
 )
 from pytriton_core.backends.framework import flag
 from pytriton_core.backends.python import pb_utils
+from pytriton_core.backends.python.model_imports import ModelImporter
 from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
 from pytriton_core.errors import (
     ErrorCode,
@@ -42,9 +41,9 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import DeviceTensor, Tensor
+from pytriton_core.paths import confined_path
 
 MODULE_NAME = "triton_python_backend_utils"
-_import_lock = threading.Lock()
 
 
 def _install_pb_utils() -> None:
@@ -55,7 +54,13 @@ def _install_pb_utils() -> None:
 def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
     if location.python_based_dir is not None:  # a Python-based backend's own model.py
         return location.python_based_dir / "model.py"
-    return location.version_dir / (default_model_filename or "model.py")
+    filename = default_model_filename or "model.py"
+    return confined_path(
+        location.model_dir,
+        str(location.version),
+        filename,
+        what=f"default_model_filename '{filename}'",
+    )
 
 
 def _running_model(location: ModelLocation) -> pb_utils.ModelContext:
@@ -64,30 +69,27 @@ def _running_model(location: ModelLocation) -> pb_utils.ModelContext:
     return pb_utils.ModelContext(str(location.model_dir), location.custom_metrics)
 
 
-def _import_model_module(path: Path, location: ModelLocation) -> ModuleType:
+def _import_model_module(path: Path, location: ModelLocation) -> tuple[ModuleType, ModelImporter]:
+    """The model file as a module of its own import namespace (model_imports.py): its
+    helper modules are found in its version folder, then its model folder, and in no
+    other model's."""
     if not path.is_file():
-        raise ModelConfigError(f"unable to find '{path}' for model '{location.name}'")
+        # The words of Triton's stub (Triton 2.51 itself then waits forever for the stub).
+        raise InternalError(f"Python model file not found in '{path}'")
     _install_pb_utils()
-    module_name = f"_pytriton_model_{location.name}_{location.version}"
-    with _import_lock, _running_model(location):
-        # Models import their sibling modules, as they do under Triton's stub.
-        if str(location.version_dir) not in sys.path:
-            sys.path.append(str(location.version_dir))
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ModelConfigError(f"unable to load '{path}' for model '{location.name}'")
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            raise InternalError(
-                f"failed to load model '{location.name}': {type(exc).__name__}: {exc}"
-            ) from exc
+    importer = ModelImporter([location.version_dir, location.model_dir])
+    try:
+        with _running_model(location):
+            module = importer.import_file(path)
+    except Exception as exc:
+        importer.release()
+        raise model_code_error(exc) from exc
     if not hasattr(module, "TritonPythonModel"):
+        importer.release()
         raise InternalError(
             f"failed to load model '{location.name}': {path} defines no class TritonPythonModel"
         )
-    return module
+    return module, importer
 
 
 class PythonBackend(Backend):
@@ -95,13 +97,19 @@ class PythonBackend(Backend):
 
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
         cfg: Any = config
-        module = _import_model_module(_model_file(location, cfg.default_model_filename), location)
-        model_class = module.TritonPythonModel
-        hook = getattr(model_class, "auto_complete_config", None)
-        if hook is None:
-            return
-        with _running_model(location):
-            completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+        path = _model_file(location, cfg.default_model_filename)
+        module, importer = _import_model_module(path, location)
+        try:
+            hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
+            if hook is None:
+                return
+            with _running_model(location):
+                try:
+                    completed = hook(pb_utils.ModelConfig(json.dumps(config_to_json_dict(config))))
+                except Exception as exc:
+                    raise model_code_error(exc) from exc
+        finally:
+            importer.release()  # load_model imports the model afresh
         if not isinstance(completed, pb_utils.ModelConfig):
             raise ModelConfigError(
                 f"auto_complete_config function in model '{location.name}' must return a "
@@ -111,14 +119,21 @@ class PythonBackend(Backend):
 
     def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
         path = _model_file(location, spec.default_model_filename)
-        module = _import_model_module(path, location)
-        return PythonModel(module, spec, json.dumps(config_to_json_dict(config)), location, path)
+        module, importer = _import_model_module(path, location)
+        try:
+            return PythonModel(
+                module, importer, spec, json.dumps(config_to_json_dict(config)), location, path
+            )
+        except BaseException:
+            importer.release()
+            raise
 
 
 class PythonModel(BackendModel):
     def __init__(
         self,
         module: ModuleType,
+        importer: ModelImporter,
         spec: ModelSpec,
         model_config: str,
         location: ModelLocation,
@@ -126,6 +141,7 @@ class PythonModel(BackendModel):
     ) -> None:
         """``model_config``: Triton's JSON of the config, what ``initialize`` receives."""
         self._module = module
+        self._importer = importer
         self._model_config = model_config
         self._location = location
         self.decoupled = spec.decoupled
@@ -135,6 +151,9 @@ class PythonModel(BackendModel):
         self.gpu_inputs = not flag(force_cpu, default=True)
         if not hasattr(module.TritonPythonModel, "execute"):
             raise InternalError(f"Python model {path} does not implement `execute` method.")
+
+    def finalize(self) -> None:
+        self._importer.release()
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         args = {
@@ -163,7 +182,10 @@ class PythonInstance(BackendInstance):
                 self._async_loop = asyncio.new_event_loop()
             initialize = getattr(self._python_model, "initialize", None)
             if initialize is not None:
-                self._run(initialize(args))
+                try:
+                    self._run(initialize(args))
+                except Exception as exc:
+                    raise model_code_error(exc) from exc
 
     def _run(self, result: Any) -> Any:
         """Run a hook's result to completion when the hook was ``async def``."""
@@ -275,6 +297,12 @@ class PythonInstance(BackendInstance):
                 device = tensor._server_device_array(self._staging)
                 outputs.append(DeviceTensor(tensor.name(), datatype, device))
         return InferenceResponse(outputs=outputs, parameters=parameters)
+
+
+def model_code_error(exc: BaseException) -> InternalError:
+    """An exception raised by model code (import, auto-complete, initialize), as Triton's
+    stub reports it: ``<type>: <message>`` and the model's frames."""
+    return InternalError(f"{type(exc).__name__}: {exc}{_model_frames(exc)}")
 
 
 def _model_frames(exc: BaseException) -> str:

@@ -153,22 +153,24 @@ class ModelConfig:
         if existing is None:
             entries.append({**entry, "dims": dims})
             return
+        # The mismatch messages are Triton's words: they reach clients in load errors.
         configured_type = existing.get("data_type", "TYPE_INVALID")
         if configured_type not in ("TYPE_INVALID", data_type):
             raise ValueError(
-                f"model '{self._model_name}': the configuration gives {kind} '{name}' "
-                f"datatype {configured_type}, but the model gives {data_type}"
+                f"unable to load model '{self._model_name}', configuration expects datatype "
+                f"{configured_type} for {kind} '{name}', model provides {data_type}"
             )
         configured_dims = list(existing.get("dims") or [])
         if configured_dims and configured_dims != dims:
             raise ValueError(
-                f"model '{self._model_name}': the configuration gives {kind} '{name}' "
-                f"dims {configured_dims}, but the model gives {dims}"
+                f"model '{self._model_name}', tensor '{name}': the model expects dims {dims} "
+                f"but the model configuration specifies dims {configured_dims}"
             )
         if "optional" in entry and existing.get("optional", entry["optional"]) != entry["optional"]:
             raise ValueError(
-                f"model '{self._model_name}': the configuration gives {kind} '{name}' "
-                f"optional {existing['optional']}, but the model gives {entry['optional']}"
+                f"model '{self._model_name}', tensor '{name}': the model expects optional "
+                f"{entry['optional']} but the model configuration specifies optional "
+                f"{existing['optional']}"
             )
         existing["data_type"] = data_type
         existing["dims"] = dims

@@ -274,7 +274,7 @@ class _ExternalDLPack:
 class Tensor:
     """A named tensor: numpy-backed on the CPU, or a DLPack producer on a GPU."""
 
-    __slots__ = ("_array", "_datatype", "_device", "_external", "_name", "_shape")
+    __slots__ = ("_array", "_datatype", "_device", "_external", "_name", "_server_input", "_shape")
 
     _array: npt.NDArray[Any] | None
     _datatype: types.DataType
@@ -304,6 +304,7 @@ class Tensor:
         self._shape = array.shape
         self._device = (DEVICE_CPU, 0)
         self._external = None
+        self._server_input = False
 
     @classmethod
     def _from_server(cls, name: str, array: npt.NDArray[Any], datatype_wire_name: str) -> Tensor:
@@ -312,6 +313,7 @@ class Tensor:
             array = array.view(datatype.numpy_dtype)
         tensor = cls.__new__(cls)
         tensor._set_cpu(name, datatype, array)
+        tensor._server_input = True
         return tensor
 
     @staticmethod
@@ -349,6 +351,7 @@ class Tensor:
         result._shape = info.shape
         result._device = info.device
         result._external = _ExternalDLPack(producer, None if producer is not None else capsule)
+        result._server_input = False
         return result
 
     def name(self) -> str:
@@ -365,16 +368,24 @@ class Tensor:
         return self._array is not None
 
     def as_numpy(self) -> npt.NDArray[Any]:
-        """The data as numpy (shared, not copied). BYTES: an object array.
+        """The data as numpy, writable. BYTES: an object array.
 
-        Refused, as in Triton, for GPU tensors and for BF16 (numpy has no bfloat16; use
-        DLPack, e.g. ``torch.from_dlpack(tensor)``).
+        Shared, not copied, except for a request's input over immutable memory (a gRPC
+        message, a client's shared-memory region): that one is copied once, on first use,
+        so that a model may write its inputs, as under Triton's stub, whose inputs are its
+        own copies. Refused, as in Triton, for GPU
+        tensors and for BF16 (numpy has no bfloat16; use DLPack, e.g.
+        ``torch.from_dlpack(tensor)``).
         """
         array = self._cpu_array()
         if self._datatype is _BF16:
             raise TritonModelException(
                 "a BF16 tensor has no numpy form; use to_dlpack() / from_dlpack() instead"
             )
+        if self._server_input and not array.flags.writeable:
+            array = array.copy()
+            self._array = array
+            self._server_input = False
         return array
 
     def to_dlpack(self) -> Any:  # a PyCapsule

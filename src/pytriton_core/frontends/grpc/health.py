@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from pytriton_core import proto
+from pytriton_core.frontends.grpc.restricted import restriction_of
 from pytriton_core.frontends.grpc.service import answering_errors
 from pytriton_core.service import InferenceService
 
@@ -28,7 +29,9 @@ def health_handler(service: InferenceService) -> grpc.GenericRpcHandler:
         SERVICE_NAME,
         {
             "Check": grpc.unary_unary_rpc_method_handler(
-                answering_errors(check, "Health/Check"),
+                answering_errors(
+                    check, "Health/Check", restriction_of(service.options.restricted.grpc, "Check")
+                ),
                 request_deserializer=_HealthCheckRequest.FromString,
                 response_serializer=_HealthCheckResponse.SerializeToString,
             )

@@ -31,6 +31,7 @@ from pytriton_core.frontends.infer_rules import (
     shm_reference,
     write_to_region,
 )
+from pytriton_core.inference.header_forwarding import compile_pattern, forward_headers
 from pytriton_core.inference.parameters import apply_request_parameter
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
@@ -42,6 +43,7 @@ from pytriton_core.inference.tensor_data import (
     datatype_from_wire,
 )
 from pytriton_core.memory import ShmOutput
+from pytriton_core.options import GrpcOptions
 from pytriton_core.runtime.model import Model
 from pytriton_core.service import InferenceService
 
@@ -106,6 +108,14 @@ def read_request(data: bytes) -> tuple[Any, list[memoryview]]:
         return _ModelInferRequest.FromString(header_bytes), raw
     except (wire.WireError, DecodeError) as exc:
         raise InvalidArgumentError(f"failed to parse the ModelInferRequest: {exc}") from None
+
+
+def forward_metadata(request: InferenceRequest, context: Any, options: GrpcOptions) -> None:
+    """``--grpc-header-forward-pattern``: matching metadata become request parameters."""
+    pattern = compile_pattern(options.header_forward_pattern)
+    if pattern is not None:
+        metadata = context.invocation_metadata() or ()
+        forward_headers(request, ((str(k), str(v)) for k, v in metadata), pattern)
 
 
 def decode_infer_request(

@@ -8,6 +8,7 @@ ServerErrors; ``answering_errors`` turns them into the gRPC status their code ma
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import time
@@ -22,11 +23,14 @@ from pytriton_core.errors import InternalError, InvalidArgumentError, ServerErro
 from pytriton_core.frontends.grpc.infer_codec import (
     decode_infer_request,
     encode_infer_response,
+    forward_metadata,
     read_request,
 )
+from pytriton_core.frontends.grpc.restricted import refuse_unless_allowed, restriction_of
 from pytriton_core.frontends.grpc.settings import log_settings, trace_setting
 from pytriton_core.frontends.grpc.shm_service import SharedMemoryRpcs
 from pytriton_core.frontends.grpc.stream import InferStream
+from pytriton_core.options import Restriction
 from pytriton_core.repository.overrides import FILE_PREFIX
 from pytriton_core.service import InferenceService
 
@@ -35,10 +39,14 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = proto.GRPC_INFERENCE_SERVICE.full_name
 # The RPCs whose inference messages skip protobuf's (de)serialization (see wire.py).
 _RAW_RPCS = ("ModelInfer", "ModelStreamInfer")
+# The handler names Triton's verbose log gives RPCs that are not named after the RPC.
+_VERBOSE_NAMES = {"ModelInfer": "ModelInferHandler", "ModelStreamInfer": "ModelStreamInferHandler"}
+# RPCs whose implementation reads the call's metadata (forwarded headers).
+_CONTEXT_RPCS = frozenset({"ModelInfer"})
 # RPCs of extensions this server does not have yet: the feature named in the answer.
 _UNSUPPORTED_FEATURES: dict[str, str] = {}
 
-Unary = Callable[[Any], Awaitable[Any]]
+Unary = Callable[..., Awaitable[Any]]
 
 
 def _message(name: str) -> Any:
@@ -50,16 +58,33 @@ async def _abort(context: grpc.aio.ServicerContext, error: ServerError) -> None:
 
 
 def answering_errors(
-    method: Unary, rpc: str
+    method: Unary, rpc: str, restriction: Restriction | None = None
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    # --log-verbose=1 logs each call's steps, as Triton names them.
+    handler = _VERBOSE_NAMES.get(rpc, rpc)
+    calls = itertools.count()
+
+    pass_context = rpc in _CONTEXT_RPCS
+
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        verbose = log.isEnabledFor(logging.DEBUG)
+        if verbose:
+            number = next(calls)
+            log.debug("Process for %s, rpc_ok=1, %d step START", handler, number)
+        await refuse_unless_allowed(restriction, context)
         try:
+            if pass_context:
+                return await method(request, context)
             return await method(request)
         except ServerError as exc:
             await _abort(context, exc)
         except Exception as exc:
             log.exception("%s failed", rpc)
             await _abort(context, InternalError(f"{type(exc).__name__}: {exc}"))
+        finally:
+            if verbose:
+                log.debug("Process for %s, rpc_ok=1, %d step COMPLETE", handler, number)
+                log.debug("Done for %s, %d", handler, number)
 
     return call
 
@@ -76,8 +101,10 @@ class GrpcInferenceService(SharedMemoryRpcs):
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         handlers: dict[str, grpc.RpcMethodHandler] = {}
+        restricted = self._service.options.restricted.grpc
         for method in proto.GRPC_INFERENCE_SERVICE.methods:
             rpc = method.name
+            restriction = restriction_of(restricted, rpc)
             if rpc == "ModelStreamInfer":
                 handlers[rpc] = grpc.stream_stream_rpc_method_handler(self._model_stream_infer)
                 continue
@@ -89,7 +116,7 @@ class GrpcInferenceService(SharedMemoryRpcs):
             request_class = proto.message_class(method.input_type.full_name)
             response_class = proto.message_class(method.output_type.full_name)
             handlers[rpc] = grpc.unary_unary_rpc_method_handler(
-                answering_errors(implementation, rpc),
+                answering_errors(implementation, rpc, restriction),
                 request_deserializer=None if raw else request_class.FromString,
                 response_serializer=None if raw else response_class.SerializeToString,
             )
@@ -129,10 +156,11 @@ class GrpcInferenceService(SharedMemoryRpcs):
 
     # ---------------------------------------------------------------- infer
 
-    async def model_infer(self, data: bytes) -> bytes:
+    async def model_infer(self, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
         received_ns = time.monotonic_ns()
         message, raw = read_request(data)
         decoded = decode_infer_request(self._service, message, raw, unary=True)
+        forward_metadata(decoded.request, context, self._service.options.grpc)
         # A client's cancel or deadline cancels this task; ``infer`` cancels the request.
         response = await self._service.infer(decoded.model, decoded.request)
         trace = decoded.request.trace
@@ -154,6 +182,8 @@ class GrpcInferenceService(SharedMemoryRpcs):
     async def _model_stream_infer(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
+        restriction = restriction_of(self._service.options.restricted.grpc, "ModelStreamInfer")
+        await refuse_unless_allowed(restriction, context)
         await InferStream(self._service, context).run(requests)
 
     # ------------------------------------------------- logging and trace

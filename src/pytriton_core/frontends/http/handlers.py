@@ -26,6 +26,8 @@ from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.frontends.http.settings_handlers import add_settings_routes
 from pytriton_core.frontends.http.shm_handlers import add_shared_memory_routes
 from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
+from pytriton_core.inference.header_forwarding import compile_pattern, forward_headers
+from pytriton_core.options import ApiCategory
 from pytriton_core.repository.overrides import FILE_PREFIX
 from pytriton_core.service import InferenceService
 
@@ -35,7 +37,8 @@ _REPOSITORY = r"/v2/repository(?:/(?P<repository>[^/]+))?"
 
 
 def build_router(service: InferenceService) -> Router:
-    router = Router()
+    router = Router(service.options.restricted.http)
+    forwarded = compile_pattern(service.options.http_header_forward_pattern)
 
     async def live(request: Request, match: RouteMatch) -> HttpResponse:
         return EMPTY_OK if service.is_live() else HttpResponse(400)
@@ -70,7 +73,7 @@ def build_router(service: InferenceService) -> Router:
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
         try:
-            body = compression.decode_body(
+            body = await compression.decode_body(
                 request.body,
                 request.headers.get("content-encoding"),
                 service.options.http_max_input_size,
@@ -81,6 +84,9 @@ def build_router(service: InferenceService) -> Router:
             return refusal
         header_length = _header_length(request, len(body))
         decoded = decode_infer_request(model, body, header_length, service)
+        if forwarded is not None:
+            headers = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
+            forward_headers(decoded.request, headers, forwarded)
         response = await service.infer(model, decoded.request)
         trace = decoded.request.trace
         if trace is not None:
@@ -88,7 +94,7 @@ def build_router(service: InferenceService) -> Router:
         try:
             if response.error is not None:
                 raise response.error
-            http_response = compression.encode_response(
+            http_response = await compression.encode_response(
                 encode_infer_response(model, decoded, response),
                 request.headers.get("accept-encoding"),
             )
@@ -144,18 +150,26 @@ def build_router(service: InferenceService) -> Router:
         await service.unload_model(match.get("model") or "", value)
         return EMPTY_OK
 
-    router.add(r"/v2/health/live", GET=live)
-    router.add(r"/v2/health/ready", GET=ready)
-    router.add(r"/v2", GET=server_metadata)
-    router.add(r"/v2/models/stats", GET=model_stats)
-    router.add(_MODEL, GET=model_metadata)
-    router.add(_MODEL + r"/ready", GET=model_ready)
-    router.add(_MODEL + r"/config", GET=model_config)
-    router.add(_MODEL + r"/stats", GET=model_stats)
-    router.add(_MODEL + r"/infer", POST=infer)
-    router.add(_REPOSITORY + r"/index", POST=repository_index)
-    router.add(_REPOSITORY + r"/models/(?P<model>[^/]+)/load", POST=repository_load)
-    router.add(_REPOSITORY + r"/models/(?P<model>[^/]+)/unload", POST=repository_unload)
+    router.add(r"/v2/health/live", ApiCategory.HEALTH, GET=live)
+    router.add(r"/v2/health/ready", ApiCategory.HEALTH, GET=ready)
+    router.add(r"/v2", ApiCategory.METADATA, GET=server_metadata)
+    router.add(r"/v2/models/stats", ApiCategory.STATISTICS, GET=model_stats)
+    router.add(_MODEL, ApiCategory.METADATA, GET=model_metadata)
+    router.add(_MODEL + r"/ready", ApiCategory.HEALTH, GET=model_ready)
+    router.add(_MODEL + r"/config", ApiCategory.MODEL_CONFIG, GET=model_config)
+    router.add(_MODEL + r"/stats", ApiCategory.STATISTICS, GET=model_stats)
+    router.add(_MODEL + r"/infer", ApiCategory.INFERENCE, POST=infer)
+    router.add(_REPOSITORY + r"/index", ApiCategory.MODEL_REPOSITORY, POST=repository_index)
+    router.add(
+        _REPOSITORY + r"/models/(?P<model>[^/]+)/load",
+        ApiCategory.MODEL_REPOSITORY,
+        POST=repository_load,
+    )
+    router.add(
+        _REPOSITORY + r"/models/(?P<model>[^/]+)/unload",
+        ApiCategory.MODEL_REPOSITORY,
+        POST=repository_unload,
+    )
     add_shared_memory_routes(router, service)
     add_settings_routes(router, service)
     return router

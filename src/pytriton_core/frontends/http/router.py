@@ -1,4 +1,6 @@
-"""Path routing with Triton's URL patterns; 404 and 405 answered here, once."""
+"""Path routing with Triton's URL patterns; 404, 405 and restricted APIs' 403 answered
+here, once. Patterns match the path as sent; each captured parameter is percent-decoded
+once, when a handler reads it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,11 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote
 
+import orjson
+
 from pytriton_core.frontends.http.messages import HttpResponse, plain_error
+from pytriton_core.options import ApiCategory, RestrictedApis
+from pytriton_core.restricted import http_denial
 
 
 class Request(Protocol):
@@ -20,6 +26,8 @@ class Request(Protocol):
     def path(self) -> str: ...
     @property
     def headers(self) -> Mapping[str, str]: ...
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]: ...
     @property
     def body(self) -> bytes | bytearray | memoryview: ...
 
@@ -39,21 +47,29 @@ class RouteMatch:
 @dataclass(frozen=True)
 class Route:
     pattern: re.Pattern[str]
+    category: ApiCategory | None  # what --http-restricted-api calls it (None: no category)
     methods: Mapping[str, Handler]  # "GET" -> handler
 
 
 class Router:
-    def __init__(self) -> None:
+    def __init__(self, restricted: RestrictedApis | None = None) -> None:
         self._routes: list[Route] = []
+        self._restricted = restricted or RestrictedApis()
 
-    def add(self, pattern: str, **methods: Handler) -> None:
-        self._routes.append(Route(re.compile(pattern), methods))
+    def add(self, pattern: str, category: ApiCategory | None, **methods: Handler) -> None:
+        self._routes.append(Route(re.compile(pattern), category, methods))
 
     async def dispatch(self, request: Request) -> HttpResponse:
         for route in self._routes:
             match = route.pattern.fullmatch(request.path)
             if match is None:
                 continue
+            restriction = None if route.category is None else self._restricted.get(route.category)
+            if restriction is not None:  # checked first, as Triton's handlers do
+                denial = http_denial(restriction, request.raw_headers)
+                if denial is not None:
+                    # Triton's answer: its JSON error, sent as text/plain.
+                    return HttpResponse(403, (orjson.dumps({"error": denial}),), b"text/plain")
             handler = route.methods.get(request.method)
             if handler is None:
                 return plain_error(405, "Method Not Allowed")

@@ -2,11 +2,19 @@
 
 One request is handled at a time per connection (HTTP/1.1 pipelining answers in order);
 connections run concurrently. Responses are written as a list of buffers.
+
+Flow control, both ways: a connection stops being read while it has more than
+``_MAX_PIPELINED`` requests (or ``_MAX_PENDING_BYTES`` of bodies) waiting, and while its
+transport holds more unsent answer bytes than its high-water mark (``pause_writing``): a
+client that pipelines and reads nothing gets no further request decoded, run or answered
+until it reads. ``Upgrade`` offers (h2c, websocket) are ignored and answered in HTTP/1.1; a
+client that half-closes after its requests gets their answers, then the connection closes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import time
@@ -22,7 +30,7 @@ from pytriton_core._native.http_framing import (
     build_response_head,
     framing_error,
 )
-from pytriton_core.errors import ServerError
+from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.messages import HttpResponse, error_response, plain_error
 from pytriton_core.frontends.http.router import Router
@@ -31,7 +39,11 @@ from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 
-_MAX_PIPELINED = 64  # stop reading from a client that queues more than this
+_MAX_PIPELINED = 64  # stop reading from a client that queues more than this ...
+_MAX_PENDING_BYTES = 64 << 20  # ... or more request body bytes than this
+
+# --log-verbose=1 logs each request as Triton does, its method as libevhtp numbers it.
+_METHOD_CODES = {"GET": 0, "HEAD": 1, "POST": 2, "PUT": 3, "DELETE": 4, "OPTIONS": 8, "PATCH": 15}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +64,19 @@ class HttpFrontend:
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         max_body = self._service.options.http_max_input_size
-        self._server = await loop.create_server(
-            lambda: HttpProtocol(self._router, max_body, self._connections),
-            host,
-            port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: HttpProtocol(self._router, max_body, self._connections),
+                host,
+                port,
+                reuse_address=True,
+                reuse_port=self._service.options.reuse_http_port,
+                backlog=1024,
+            )
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:  # tritonserver's words
+                raise UnavailableError(f"Socket '{host}:{port}' already in use") from None
+            raise UnavailableError(f"failed to start HTTP service: {exc}") from None
         bound_port: int = self._server.sockets[0].getsockname()[1]
         log.info("Started HTTPService at %s:%d", host, bound_port)
         return bound_port
@@ -88,10 +106,13 @@ class HttpProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         # Each parsed request with when its first bytes and its last bytes arrived (ns).
         self._pending: deque[tuple[HttpRequest | _BrokenStream, int, int]] = deque()
+        self._pending_bytes = 0  # body bytes of the requests in _pending
         self._receiving_since = 0
         self._broken = False
         self._busy = False
-        self._paused = False
+        self._paused = False  # reading paused
+        self._write_paused = False  # the transport's buffer is above its high-water mark
+        self._eof = False  # the client half-closed: answer what came, then close
         self._closing = False
 
     # ------------------------------------------------------------ asyncio
@@ -109,6 +130,23 @@ class HttpProtocol(asyncio.Protocol):
         self._registry.discard(self)
         self._transport = None
         self._pending.clear()
+        self._pending_bytes = 0
+        self._assembler.detach()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+        self._start_next()
+
+    def eof_received(self) -> bool:
+        """The client sent all it will: keep the transport open to answer (True) unless
+        nothing is left to answer."""
+        self._eof = True
+        return self._busy or bool(self._pending)
 
     def data_received(self, data: bytes) -> None:
         if self._broken:
@@ -118,7 +156,7 @@ class HttpProtocol(asyncio.Protocol):
             self._receiving_since = now
         failure: _BrokenStream | None = None
         try:
-            self._parser.feed_data(data)
+            self._feed(data)
         except httptools.HttpParserError as exc:
             # A refusal of the framing layer carries the status to answer with; the size
             # limits (413, 431) say what the limit is, the rest read as malformed HTTP.
@@ -131,16 +169,54 @@ class HttpProtocol(asyncio.Protocol):
         if completed:
             since = self._receiving_since
             self._pending.extend((request, since, now) for request in completed)
+            self._pending_bytes += sum(len(request.body) for request in completed)
             self._receiving_since = 0
         if failure is not None:
             self._broken = True
             self._pending.append((failure, 0, 0))
         elif self._assembler.take_expect_continue() and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if len(self._pending) > _MAX_PIPELINED and not self._paused and self._transport:
-            self._transport.pause_reading()
-            self._paused = True
+        self._update_reading()
         self._start_next()
+
+    def _feed(self, data: bytes) -> None:
+        """Parse ``data``. An ``Upgrade`` offer completes its request like any other; the
+        server does not switch protocols, so parsing goes on in HTTP/1.1 with a new parser
+        from the first byte after that request."""
+        while data:
+            if self._assembler.awaiting_upgrade_body:  # the offer's own body comes first
+                data = data[self._assembler.feed_upgrade_body(data) :]
+                continue
+            try:
+                self._parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as upgrade:
+                offset = upgrade.args[0] if upgrade.args else len(data)
+                self._assembler.detach()
+                self._parser = httptools.HttpRequestParser(self._assembler)
+                self._assembler.attach(self._parser)
+                data = data[offset:]
+
+    def _update_reading(self) -> None:
+        """Read while little waits here and the client drains its answers; else pause."""
+        transport = self._transport
+        if transport is None:
+            return
+        if self._paused:
+            if (
+                not self._write_paused
+                and len(self._pending) <= _MAX_PIPELINED // 2
+                and self._pending_bytes <= _MAX_PENDING_BYTES // 2
+            ):
+                transport.resume_reading()
+                self._paused = False
+        elif (
+            self._write_paused
+            or len(self._pending) > _MAX_PIPELINED
+            or self._pending_bytes > _MAX_PENDING_BYTES
+        ):
+            transport.pause_reading()
+            self._paused = True
 
     def close_when_idle(self) -> None:
         self._closing = True
@@ -150,18 +226,27 @@ class HttpProtocol(asyncio.Protocol):
     # ------------------------------------------------------------ requests
 
     def _start_next(self) -> None:
-        if self._busy or not self._pending:
+        if self._busy or self._write_paused:
+            return
+        if not self._pending:
+            if self._eof and self._transport is not None:
+                self._transport.close()  # half-closed, and everything is answered
             return
         item, received_start, received_end = self._pending.popleft()
         if isinstance(item, _BrokenStream):
             self._pending.clear()
+            self._pending_bytes = 0
             self._write(plain_error(item.status, item.message), keep_alive=False)
             return
+        self._pending_bytes -= len(item.body)
         self._busy = True
         asyncio.get_running_loop().create_task(self._handle(item, received_start, received_end))
 
     async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
         RECEIVED.set((received_start, received_end))  # this task's own context
+        if log.isEnabledFor(logging.DEBUG):
+            code = _METHOD_CODES.get(request.method, -1)
+            log.debug("HTTP request: %d %s", code, request.path)
         try:
             response = await self._router.dispatch(request)
         except ServerError as exc:
@@ -171,9 +256,7 @@ class HttpProtocol(asyncio.Protocol):
             response = plain_error(500, "internal server error")
         self._write(response, request.keep_alive and not self._closing)
         self._busy = False
-        if self._paused and len(self._pending) <= _MAX_PIPELINED // 2 and self._transport:
-            self._transport.resume_reading()
-            self._paused = False
+        self._update_reading()
         self._start_next()
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:

@@ -15,7 +15,7 @@ from pytriton_core.errors import (
 from pytriton_core.frontends.http.messages import HttpResponse, json_response
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.logging_settings import SETTABLE, parse_log_format
-from pytriton_core.options import LogFormat
+from pytriton_core.options import ApiCategory, LogFormat
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import changes_from_json
 
@@ -38,9 +38,14 @@ def add_settings_routes(router: Router, service: InferenceService) -> None:
         body = document if isinstance(document, dict) else {}
         return json_response(service.update_trace_settings(model, changes_from_json(body)))
 
-    router.add(r"/v2/logging", GET=get_logging, POST=post_logging)
-    router.add(r"/v2/trace/setting", GET=get_trace, POST=post_trace)
-    router.add(r"/v2/models/(?P<model>[^/]+)/trace/setting", GET=get_trace, POST=post_trace)
+    router.add(r"/v2/logging", ApiCategory.LOGGING, GET=get_logging, POST=post_logging)
+    router.add(r"/v2/trace/setting", ApiCategory.TRACE, GET=get_trace, POST=post_trace)
+    router.add(
+        r"/v2/models/(?P<model>[^/]+)/trace/setting",
+        ApiCategory.TRACE,
+        GET=get_trace,
+        POST=post_trace,
+    )
 
 
 def _json_document(request: Request) -> Any:

@@ -17,6 +17,7 @@ import orjson
 from pytriton_core.errors import InternalError, InvalidArgumentError
 from pytriton_core.frontends.http.messages import EMPTY_OK, HttpResponse, json_response
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
+from pytriton_core.options import ApiCategory
 from pytriton_core.service import InferenceService
 
 _REGION = r"(?:/region/(?P<region>[^/]+))?"
@@ -111,9 +112,9 @@ def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
         service.unregister_shm("cuda", match.get("region"))
         return EMPTY_OK
 
-    router.add(SYSTEM_SHM + "/status", GET=system_status)
-    router.add(SYSTEM_SHM + "/register", POST=system_register)
-    router.add(SYSTEM_SHM + "/unregister", POST=system_unregister)
-    router.add(CUDA_SHM + "/status", GET=cuda_status)
-    router.add(CUDA_SHM + "/register", POST=cuda_register)
-    router.add(CUDA_SHM + "/unregister", POST=cuda_unregister)
+    router.add(SYSTEM_SHM + "/status", ApiCategory.SHARED_MEMORY, GET=system_status)
+    router.add(SYSTEM_SHM + "/register", ApiCategory.SHARED_MEMORY, POST=system_register)
+    router.add(SYSTEM_SHM + "/unregister", ApiCategory.SHARED_MEMORY, POST=system_unregister)
+    router.add(CUDA_SHM + "/status", ApiCategory.SHARED_MEMORY, GET=cuda_status)
+    router.add(CUDA_SHM + "/register", ApiCategory.SHARED_MEMORY, POST=cuda_register)
+    router.add(CUDA_SHM + "/unregister", ApiCategory.SHARED_MEMORY, POST=cuda_unregister)
