@@ -42,7 +42,7 @@ def server_services(options: ServerOptions) -> ServerServices:
         ("--repoagent-directory", options.repoagent_directory),
     ):
         if folder is not None and not folder.is_dir():
-            log.warning("%s=%s is not a folder: no plug-ins are found there", flag, folder)
+            log.warning("%s=%s: not a folder, so no plug-ins are found there", flag, folder)
     if cache.directory is not None:
         log.info(
             "--cache-directory=%s: the local cache is built into this server; the folder "

@@ -82,12 +82,18 @@ def find_entry_point(name: str, builtin: bool) -> Plugin | None:
 
 
 def _load_package(name: str, folder: Path) -> Backend:
-    module_name = f"_pytriton_backend_{name}"
+    return _from_object(name, load_plugin_package("backend plug-in", name, folder))
+
+
+def load_plugin_package(kind: str, name: str, folder: Path) -> ModuleType:
+    """Import ``<folder>/__init__.py`` as a package of its own (its relative imports work);
+    ``kind`` names what it is in the errors ("backend plug-in", "repository agent")."""
+    module_name = f"_pytriton_plugin_{kind.split()[0]}_{name}"
     spec = importlib.util.spec_from_file_location(
         module_name, folder / "__init__.py", submodule_search_locations=[str(folder)]
     )
     if spec is None or spec.loader is None:
-        raise InvalidArgumentError(f"unable to load backend plug-in '{name}' from {folder}")
+        raise InvalidArgumentError(f"unable to load {kind} '{name}' from {folder}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # so the package's own relative imports resolve
     try:
@@ -95,9 +101,9 @@ def _load_package(name: str, folder: Path) -> Backend:
     except Exception as exc:
         del sys.modules[module_name]
         raise InvalidArgumentError(
-            f"unable to load backend plug-in '{name}' from {folder}: {type(exc).__name__}: {exc}"
+            f"unable to load {kind} '{name}' from {folder}: {type(exc).__name__}: {exc}"
         ) from exc
-    return _from_object(name, module)
+    return module
 
 
 def _from_object(name: str, loaded: Any) -> Backend:

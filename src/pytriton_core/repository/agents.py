@@ -17,10 +17,8 @@ ones (``checksum``), then in the installed entry points of the group
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import logging
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from pytriton_core.backends.plugins import load_plugin_package
 from pytriton_core.errors import InvalidArgumentError, ServerError
 
 log = logging.getLogger(__name__)
@@ -139,7 +138,7 @@ class AgentRegistry:
     def _create(self, name: str) -> RepositoryAgent:
         folder = self._directory / name if self._directory is not None else None
         if folder is not None and (folder / "__init__.py").is_file():
-            return _agent_from(name, _load_package(name, folder))
+            return _agent_from(name, load_plugin_package("repository agent", name, folder))
         if name in self._bundled:
             return self._bundled[name]()
         for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -179,25 +178,6 @@ class AgentRegistry:
             if model._moved_to is not None:
                 chain.location = model._moved_to
         return chain
-
-
-def _load_package(name: str, folder: Path) -> ModuleType:
-    module_name = f"_pytriton_repoagent_{name}"
-    spec = importlib.util.spec_from_file_location(
-        module_name, folder / "__init__.py", submodule_search_locations=[str(folder)]
-    )
-    if spec is None or spec.loader is None:
-        raise InvalidArgumentError(f"unable to load repository agent '{name}' from {folder}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[module_name]
-        raise InvalidArgumentError(
-            f"unable to load repository agent '{name}' from {folder}: {type(exc).__name__}: {exc}"
-        ) from exc
-    return module
 
 
 def _agent_from(name: str, loaded: Any) -> RepositoryAgent:

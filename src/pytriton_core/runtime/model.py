@@ -178,6 +178,7 @@ class Model:
         try:
             self._scheduler.enqueue(request)
         except ServerError as exc:
+            self._forget_miss(request)
             self.stats.record_request_failure(
                 request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
             )
@@ -218,6 +219,11 @@ class Model:
         )
         self._release(request, response)
         self._signal_if_drained()
+
+    def _forget_miss(self, request: InferenceRequest) -> None:
+        """A missed request left without a response to store."""
+        if self._misses:
+            self._misses.pop(id(request), None)
 
     def _store_in_cache(self, request: InferenceRequest, response: InferenceResponse) -> None:
         """A missed request was answered: keep a successful response, count the miss."""
@@ -294,8 +300,7 @@ class Model:
     def _finish_rejected(self, request: InferenceRequest, error: ServerError) -> None:
         """A queued request leaves without running: queue timeout (REJECTED) or cancelled."""
         self._in_flight -= 1
-        if self._misses:
-            self._misses.pop(id(request), None)
+        self._forget_miss(request)
         reason = (
             FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.REJECTED
         )
@@ -325,8 +330,7 @@ class Model:
             )
             for request in batch:
                 self._in_flight -= 1
-                if self._misses:
-                    self._misses.pop(id(request), None)
+                self._forget_miss(request)
                 stats.record_request_failure(request.arrival_ns, end_ns, reason)
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
@@ -345,8 +349,7 @@ class Model:
             start_ns = request.queue_start_ns
             stats.record_request_success(start_ns, start_ns, timing, end_ns)
             if response is None:  # answered through its response sender
-                if self._misses:
-                    self._misses.pop(id(request), None)
+                self._forget_miss(request)
                 if self._release_order is not None:
                     self._release_order.remove(request)
                 continue
