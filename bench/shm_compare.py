@@ -81,10 +81,10 @@ def _free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in sockets]
 
 
-def _ready(http_port: int) -> bool:
+def _ready(http_port: int, model: str) -> bool:
     connection = http.client.HTTPConnection(LOOPBACK, http_port, timeout=2)
     try:
-        connection.request("GET", f"/v2/models/{MODEL}/ready")
+        connection.request("GET", f"/v2/models/{model}/ready")
         return connection.getresponse().status == 200
     except OSError:
         return False
@@ -94,10 +94,14 @@ def _ready(http_port: int) -> bool:
 
 @contextlib.contextmanager
 def serve(
-    server: str, repository: Path, log_dir: Path, extra_flags: tuple[str, ...] = ()
+    server: str,
+    repository: Path,
+    log_dir: Path,
+    extra_flags: tuple[str, ...] = (),
+    ready_model: str = MODEL,
 ) -> Iterator[tuple[int, int]]:
     """Run ``server`` ("ours" or "triton") until the block ends; yields (http, grpc) ports.
-    The repository must hold identity_fp32 (readiness is asked of it)."""
+    The repository must hold ``ready_model`` (readiness is asked of it)."""
     http_port, grpc_port, metrics_port = _free_ports(3)
     if server == "ours":
         command = [
@@ -131,7 +135,7 @@ def serve(
         )
     try:
         deadline = time.monotonic() + 120
-        while not _ready(http_port):
+        while not _ready(http_port, ready_model):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{server} did not start; see {log_path}")
             time.sleep(0.2)

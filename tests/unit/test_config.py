@@ -652,11 +652,11 @@ IO = 'input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         ),
         (
             "max_batch_size: 2\n" + IO + "sequence_batching { oldest { preferred_batch_size: 3 } }",
-            "sequence_batching.oldest.preferred_batch_size 3 must be in [1, max_batch_size=2]",
+            "sequence batching preferred batch size must be <= max batch size for m",
         ),
         (
             IO + "sequence_batching { direct { minimum_slot_utilization: 1.5 } }",
-            "minimum_slot_utilization must be in (0, 1], got 1.5",
+            "sequence batching minimum slot utilization must be in range (0.0, 1.0] for m",
         ),
         (
             IO + "sequence_batching { } response_cache { enable: true }",

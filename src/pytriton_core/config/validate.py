@@ -13,6 +13,8 @@ from typing import Any, NoReturn
 from google.protobuf.message import Message
 
 from pytriton_core import proto, types
+from pytriton_core.config.unsupported import check_supported
+from pytriton_core.config.validate_sequence import check_sequence_batching
 from pytriton_core.errors import ModelConfigError
 
 ENSEMBLE_PLATFORM = "ensemble"
@@ -43,7 +45,7 @@ def validate_config(config: Message, *, check_tensors: bool = True) -> None:
     if cfg.HasField("dynamic_batching"):
         _check_dynamic_batching(check, cfg.dynamic_batching, cfg.max_batch_size)
     if cfg.HasField("sequence_batching"):
-        _check_sequence_batching(check, cfg)
+        check_sequence_batching(check, cfg)
     if cfg.model_transaction_policy.decoupled and cfg.response_cache.enable:
         check.fail(
             f"Response Cache does not currently support model {model} with 'decoupled' "
@@ -52,6 +54,7 @@ def validate_config(config: Message, *, check_tensors: bool = True) -> None:
     for group in cfg.instance_group:
         if group.kind == _KIND_CPU and group.gpus:
             check.fail(f"instance group '{group.name}' has kind KIND_CPU but lists GPUs")
+    check_supported(cfg)
 
 
 class _Checker:
@@ -168,26 +171,3 @@ def _check_dynamic_batching(check: _Checker, batching: Any, max_batch_size: int)
                     f"dynamic_batching.{where}.timeout_action DELAY is not allowed "
                     "with preserve_ordering"
                 )
-
-
-def _check_sequence_batching(check: _Checker, cfg: Any) -> None:
-    sequence = cfg.sequence_batching
-    if sequence.HasField("oldest"):
-        _check_preferred_sizes(
-            check,
-            "sequence_batching.oldest.preferred_batch_size",
-            sequence.oldest.preferred_batch_size,
-            cfg.max_batch_size,
-        )
-    utilization = sequence.direct.minimum_slot_utilization
-    # 0 is the unset value and means "no minimum".
-    if not 0.0 <= utilization <= 1.0:
-        check.fail(
-            f"sequence_batching.direct.minimum_slot_utilization must be in (0, 1], "
-            f"got {utilization}"
-        )
-    if cfg.HasField("response_cache") and cfg.response_cache.enable:
-        check.fail(
-            f"Response Cache does not currently support model {cfg.name} with sequence "
-            "batching scheduler. Please disable the response cache."
-        )

@@ -65,6 +65,12 @@ class InferenceRequest:
     arrival_ns: int = field(default_factory=time.monotonic_ns)
     queue_start_ns: int = 0
     final_sent: bool = False
+    # The sequence batcher's filler for an idle slot of a batch (READY false): executed,
+    # never answered, not counted as an inference.
+    padding: bool = False
+    # Set by a backend when the model released the request with RELEASE_RESCHEDULE: the
+    # scheduler queues it again (iterative sequences) instead of completing it.
+    reschedule: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
     # Read through ``cancelled``; set only by ``cancel`` so that the hooks run.
     _cancelled: bool = field(default=False, init=False, repr=False)

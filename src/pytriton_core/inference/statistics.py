@@ -250,9 +250,13 @@ class ModelStatistics:
             first_response=histogram,
         )
 
-    def record_execution(self, batch_size: int, timing: ComputeTiming) -> None:
+    def record_execution(
+        self, batch_size: int, timing: ComputeTiming, inferences: int | None = None
+    ) -> None:
+        """One execution of ``batch_size`` (its ``batch_stats`` entry); ``inferences``: the
+        inferences it made, when fewer (a sequence batch's fillers count in the size only)."""
         self.execution_count += 1
-        self.inference_count += batch_size
+        self.inference_count += batch_size if inferences is None else inferences
         self.last_inference_ms = time.time_ns() // 1_000_000
         per_batch = self.batch_stats.get(batch_size)
         if per_batch is None:

@@ -33,6 +33,7 @@ from pytriton_core.errors import (
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.paths import check_model_name
 from pytriton_core.repository.agents import AgentRegistry
 from pytriton_core.repository.checksum_agent import ChecksumAgent
 from pytriton_core.repository.identity import ModelId, resolve, unknown_model
@@ -253,6 +254,13 @@ class ModelManager:
         ``config_json`` replaces the model's config.pbtxt; ``files`` ("file:<path>" →
         bytes) replace the model folder and need ``config_json``.
         """
+        try:
+            check_model_name(name)  # the one check of a client's model name
+        except InvalidArgumentError as exc:
+            # Triton 2.51 answers a name that is a path with its poll failure (the reason
+            # goes to the log); it must never reach a path.
+            log.error("Poll failed for model directory '%s': %s", name, exc.message)
+            raise poll_failure(name) from None
         self._rescan()
         ids = [model_id for model_id in self._sources if model_id.name == name]
         if files or not ids:

@@ -13,14 +13,20 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
-from pytriton_core.scheduling.base import Scheduler
+from pytriton_core.scheduling.base import Retained, Scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
 
 log = logging.getLogger(__name__)
 
-# The batch, then one response per request or the error that failed the whole execution.
+# The batch, then one response per request or the error that failed the whole execution,
+# the timing, and the requests the scheduler kept (re-queued) or answers with an error.
 BatchDone = Callable[
-    [list[InferenceRequest], Sequence[InferenceResponse | None] | ServerError, ComputeTiming],
+    [
+        list[InferenceRequest],
+        Sequence[InferenceResponse | None] | ServerError,
+        ComputeTiming,
+        Retained,
+    ],
     None,
 ]
 
@@ -41,13 +47,16 @@ class ModelInstance:
         schedule_on_loop: Callable[..., object],
         warmup: Sequence[WarmupSample] = (),
         model_name: str = "",
+        index: int = 0,
         *,
         rate_limit: InstanceSlot | None = None,
     ) -> None:
-        """``rate_limit``: the instance's place in the server's rate limiter, which it
+        """``index``: the instance's position among the model's (what the scheduler knows
+        it by). ``rate_limit``: the instance's place in the server's rate limiter, which it
         acquires before each execution (None: rate limiting is off)."""
         self.spec = spec
         self._model_name = model_name
+        self.index = index
         self._rate_limit = rate_limit
         self._warmup = warmup
         self._backend_model = backend_model
@@ -101,8 +110,9 @@ class ModelInstance:
             log.exception("finalize failed for instance %s", self.spec.name)
 
     def _serve(self, backend_instance: BackendInstance) -> None:
+        scheduler = self._scheduler
         rate_limit = self._rate_limit
-        while (batch := self._scheduler.next_batch()) is not None:
+        while (batch := scheduler.next_batch(self.index)) is not None:
             if rate_limit is not None:
                 rate_limit.acquire()  # the wait counts as queueing, as in Triton
             timing = ComputeTiming(start_ns=time.monotonic_ns())
@@ -125,11 +135,18 @@ class ModelInstance:
             except Exception as exc:
                 log.exception("execute failed on instance %s", self.spec.name)
                 responses = InternalError(f"{type(exc).__name__}: {exc}")
-            finally:
-                if rate_limit is not None:
-                    rate_limit.release(more_work=self._scheduler.pending_count() > 0)
             timing.close()
-            self._schedule_on_loop(self._on_batch_done, batch, responses, timing)
+            # Before the next batch: a sequence's state and re-queued requests are settled
+            # in execution order.
+            retained: Retained
+            try:
+                retained = scheduler.completed(self.index, batch, responses)
+            except Exception:
+                log.exception("the scheduler failed to complete a batch of %s", self.spec.name)
+                retained = {}
+            if rate_limit is not None:  # after completed: requests it re-queued are work too
+                rate_limit.release(more_work=scheduler.pending_count() > 0)
+            self._schedule_on_loop(self._on_batch_done, batch, responses, timing, retained)
             # Keep nothing of a finished batch while waiting for the next one: its inputs
             # can be large, or views that hold a client's shared-memory region mapped.
-            del batch, responses
+            del batch, responses, retained

@@ -20,7 +20,13 @@ from google.protobuf.message import Message
 
 from pytriton_core.backends.base import BackendModel, InstanceSpec
 from pytriton_core.config.spec import ModelSpec
-from pytriton_core.errors import CancelledError, ErrorCode, ServerError, UnavailableError
+from pytriton_core.errors import (
+    CancelledError,
+    ErrorCode,
+    InvalidArgumentError,
+    ServerError,
+    UnavailableError,
+)
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.response_cache import CacheEntry, InsertOutcome, cache_key
@@ -36,7 +42,7 @@ from pytriton_core.runtime.instance import ModelInstance
 from pytriton_core.runtime.services import ServerServices
 from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
-from pytriton_core.scheduling import create_scheduler
+from pytriton_core.scheduling import Requeued, Retained, create_scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
 
 log = logging.getLogger(__name__)
@@ -85,7 +91,7 @@ class Model:
         self.stats = stats if stats is not None else ModelStatistics()
         self._loop = loop
         self._backend_model = backend_model
-        self._scheduler = create_scheduler(spec, self._reject_threadsafe)
+        self._scheduler = create_scheduler(spec, self._reject_threadsafe, model_dir)
         self._instances: list[ModelInstance] = []
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
@@ -117,8 +123,9 @@ class Model:
         """Create the instances (blocking: call from a worker thread, not the loop)."""
         scheduler = self._scheduler
         warmup = warmup_samples(self.spec, self.model_dir)
+        scheduler.start(len(instance_specs))
         try:
-            for instance_spec in instance_specs:
+            for index, instance_spec in enumerate(instance_specs):
                 instance = ModelInstance(
                     instance_spec,
                     self._backend_model,
@@ -127,13 +134,14 @@ class Model:
                     self._loop.call_soon_threadsafe,
                     warmup,
                     model_name=self.name,
+                    index=index,
                     rate_limit=self._register_rate_limit(instance_spec),
                 )
                 instance.start()
                 self._instances.append(instance)
         except BaseException:
             # One instance failed: release those already running before the load fails.
-            scheduler.stop(len(self._instances))
+            scheduler.stop(len(instance_specs))
             self._join_and_finalize()
             raise
         self.stats.memory_usage = merge_memory_usage(
@@ -177,6 +185,10 @@ class Model:
             return
         try:
             self._scheduler.enqueue(request)
+        except InvalidArgumentError:
+            # A request the scheduler finds malformed (a sequence without START...) failed
+            # validation, which Triton neither counts nor prefixes with the request id.
+            raise
         except ServerError as exc:
             self._forget_miss(request)
             self.stats.record_request_failure(
@@ -313,7 +325,11 @@ class Model:
         batch: list[InferenceRequest],
         responses: Sequence[InferenceResponse | None] | ServerError,
         timing: ComputeTiming,
+        retained: Retained,
     ) -> None:
+        """An execution finished. Fillers of idle sequence slots (``padding``) count in
+        the batch size only; a request the scheduler re-queued (``Requeued``) counts its
+        execution but stays in flight."""
         stats = self.stats
         end_ns = time.monotonic_ns()
         for request in batch:
@@ -329,6 +345,8 @@ class Model:
                 else FailureReason.BACKEND
             )
             for request in batch:
+                if request.padding:
+                    continue
                 self._in_flight -= 1
                 self._forget_miss(request)
                 stats.record_request_failure(request.arrival_ns, end_ns, reason)
@@ -341,13 +359,26 @@ class Model:
         # here on the loop, as Triton's lasts until the backend has sent them. So request
         # = queue + compute input + infer + output, with no unaccounted overhead.
         timing.end_ns = end_ns
-        stats.record_execution(sum(r.batch_size for r in batch), timing)
-        for request, response in zip(batch, responses, strict=True):
-            self._in_flight -= 1
+        inferences = sum(r.batch_size for r in batch if not r.padding)
+        stats.record_execution(sum(r.batch_size for r in batch), timing, inferences)
+        for index, (request, response) in enumerate(zip(batch, responses, strict=True)):
+            if request.padding:
+                continue
             # An error the model answered with still counts as a successful execution, as
-            # Triton counts it; so does a request answered through its response sender.
+            # Triton counts it; so does a request answered through its response sender, and
+            # each execution of a request the model rescheduled.
+            kept = retained.get(index)
+            if isinstance(kept, Requeued):
+                start_ns = kept.queue_start_ns
+                stats.record_request_success(start_ns, start_ns, timing, end_ns)
+                continue  # queued again: not finished
             start_ns = request.queue_start_ns
             stats.record_request_success(start_ns, start_ns, timing, end_ns)
+            if kept is not None:
+                # A reschedule that could not be honoured: the request fails, as in Triton.
+                stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
+                response = InferenceResponse.failed(kept)
+            self._in_flight -= 1
             if response is None:  # answered through its response sender
                 self._forget_miss(request)
                 if self._release_order is not None:

@@ -146,6 +146,8 @@ class PythonModel(BackendModel):
         self._location = location
         self.decoupled = spec.decoupled
         self._output_names = list(spec.outputs)
+        # A sequence model's implicit-state outputs: kept for the sequence batcher.
+        self.state_outputs = spec.state_outputs
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
         force_cpu = spec.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
         self.gpu_inputs = not flag(force_cpu, default=True)
@@ -209,15 +211,21 @@ class PythonInstance(BackendInstance):
                     f"message: {type(exc).__name__}: {exc}{_model_frames(exc)}"
                 ) from exc
         timing.mark_infer_done()
+        rescheduled = [
+            r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+            for r in pb_requests
+        ]
         if self._model.decoupled:
             if result is not None:
                 raise InternalError(
                     f"Python model '{self._spec.name}' is using the decoupled mode and the "
                     "execute function must return None."
                 )
+            _mark_rescheduled(requests, rescheduled)
             return [None] * len(requests)
         if result is None:
             # Since Triton 24.06 a default-mode model may answer through its senders.
+            _mark_rescheduled(requests, rescheduled)
             return [None] * len(requests)
         if not isinstance(result, list):
             raise InternalError(
@@ -229,9 +237,17 @@ class PythonInstance(BackendInstance):
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
                 f"InferenceResponse(s) size is:{len(result)}\n"
             )
+        for response, again in zip(result, rescheduled, strict=True):
+            if again and response is not None:
+                # Triton's wording, misspelling included.
+                raise InternalError(
+                    "Expected a None object in the execute function return list for "
+                    f"reschduled request, found type '{type(response).__name__}'."
+                )
+        _mark_rescheduled(requests, rescheduled)
         return [
-            self._from_pb_response(response, request)
-            for response, request in zip(result, requests, strict=True)
+            None if again else self._from_pb_response(response, request)
+            for response, request, again in zip(result, requests, rescheduled, strict=True)
         ]
 
     def finalize(self) -> None:
@@ -286,6 +302,7 @@ class PythonInstance(BackendInstance):
                 parameters=parameters, error=_server_error(error.code(), error.message())
             )
         wanted = set(request.output_names(self._model._output_names))
+        wanted.update(self._model.state_outputs)
         outputs = []
         for tensor in response.output_tensors():
             if tensor.name() not in wanted:
@@ -297,6 +314,12 @@ class PythonInstance(BackendInstance):
                 device = tensor._server_device_array(self._staging)
                 outputs.append(DeviceTensor(tensor.name(), datatype, device))
         return InferenceResponse(outputs=outputs, parameters=parameters)
+
+
+def _mark_rescheduled(requests: Sequence[InferenceRequest], rescheduled: list[bool]) -> None:
+    """Tell the scheduler which requests the model released with RELEASE_RESCHEDULE."""
+    for request, again in zip(requests, rescheduled, strict=True):
+        request.reschedule = again
 
 
 def model_code_error(exc: BaseException) -> InternalError:

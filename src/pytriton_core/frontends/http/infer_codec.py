@@ -77,6 +77,7 @@ _JSON_KIND_ERRORS = {
     },
     **{f"UINT{bits}": _NOT_UNSIGNED for bits in (8, 16, 32, 64)},
 }
+_UINT64_MAX = 2**64 - 1
 
 
 def _unparsable(field: str, detail: str) -> InternalError:
@@ -113,6 +114,12 @@ def _request_parameters(raw: Any, request: InferenceRequest) -> bool:
                 raise _unparsable(key, _NOT_BOOL)
         elif key in ("priority", "timeout") and not _is_unsigned(value):
             raise _unparsable(key, _NOT_UNSIGNED)
+        elif key == "sequence_id":
+            # A uint64 or a string; Triton reads anything else as a string, and fails.
+            if not (isinstance(value, str) or (_is_unsigned(value) and value <= _UINT64_MAX)):
+                raise _unparsable(key, _NOT_STRING)
+            apply_request_parameter(request, key, value)
+            continue
         if key == "binary_data_output":
             binary_data_output = value
             continue
