@@ -29,7 +29,7 @@ from pytriton_core.errors import (
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.response_cache import CacheEntry, InsertOutcome, cache_key
+from pytriton_core.inference.response_cache import InsertOutcome, cache_key
 from pytriton_core.inference.statistics import (
     ComputeTiming,
     FailureReason,
@@ -214,23 +214,16 @@ class Model:
         if entry is None:
             self._misses[id(request)] = (key, lookup_end - lookup_start)
             return False
-        self._in_flight += 1
         if self._release_order is not None:
             self._release_order.append(request)
-        # Answered on the next loop turn, after the caller has finished submitting it.
-        self._loop.call_soon(self._finish_cache_hit, request, entry, lookup_start, lookup_end)
-        return True
-
-    def _finish_cache_hit(
-        self, request: InferenceRequest, entry: CacheEntry, lookup_start: int, lookup_end: int
-    ) -> None:
-        self._in_flight -= 1
+        # Answered at once, inside submit: every caller has registered the request before
+        # it submits it (a deferred answer would wait a whole loop turn under load).
         response = self._apply_classification(request, InferenceResponse(entry.tensors()))
         self.stats.record_cache_hit(
             request.queue_start_ns, request.queue_start_ns, lookup_start, lookup_end
         )
         self._release(request, response)
-        self._signal_if_drained()
+        return True
 
     def _forget_miss(self, request: InferenceRequest) -> None:
         """A missed request left without a response to store."""
