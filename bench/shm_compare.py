@@ -30,9 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "identity_fp32"
@@ -287,16 +288,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-ms", type=int, default=3000, help="perf_analyzer -p")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-results" / "shm")
     args = parser.parse_args(argv)
-    servers = [s for s in args.servers.split(",") if s]
+    servers = chosen_servers(args.servers)
+    cells = run(servers, [int(n) for n in args.concurrency.split(",")], args.window_ms, args.out)
+    write_results(args.out, "shm_compare", report(cells), cells)
+    return 0
+
+
+def chosen_servers(listed: str) -> list[str]:
+    """The servers of a ``--servers`` list, without the real Triton when its tool is missing."""
+    servers = [s for s in listed.split(",") if s]
     if "triton" in servers and not REAL_TRITON_START.is_file():
         print(f"real Triton tool missing ({REAL_TRITON_START}): ours only", file=sys.stderr)
         servers.remove("triton")
-    cells = run(servers, [int(n) for n in args.concurrency.split(",")], args.window_ms, args.out)
-    text = report(cells)
-    (args.out / "shm_compare.md").write_text(text)
-    (args.out / "shm_compare.json").write_text(json.dumps([asdict(c) for c in cells], indent=2))
+    return servers
+
+
+def write_results(out: Path, stem: str, text: str, cells: Sequence[Any]) -> None:
+    """The report as ``<stem>.md``, the cells (dataclasses) as ``<stem>.json``; print it."""
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps([asdict(c) for c in cells], indent=2))
     print(text)
-    return 0
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from pytriton_core.inference.statistics import (
 from pytriton_core.paths import confined_path
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
+from pytriton_core.runtime.response_stats import ResponseCounter
 from pytriton_core.runtime.services import ServerServices
 from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
@@ -179,8 +180,8 @@ class Model:
         request.queue_start_ns = time.monotonic_ns()
         if request.trace is not None:
             self._trace_submit(request)
-        if self.spec.decoupled and self.stats.first_response is not None:
-            self._observe_first_response(request)
+        if self.spec.decoupled:
+            request.observer = ResponseCounter(self.stats, request.arrival_ns)
         if self._cache is not None and self._answer_from_cache(request):
             return
         try:
@@ -275,22 +276,6 @@ class Model:
                 tensor.shape,
                 tensor.data,
             )
-
-    def _observe_first_response(self, request: InferenceRequest) -> None:
-        """Decoupled: time the first response the model sends (the histogram's measure)."""
-        respond = request.on_response
-        stats = self.stats
-        first = True
-
-        def observed(response: InferenceResponse | None, final: bool) -> None:
-            nonlocal first
-            if first and response is not None:
-                first = False
-                stats.record_first_response(request.arrival_ns, time.monotonic_ns())
-            if respond is not None:
-                respond(response, final)
-
-        request.on_response = observed
 
     def _cancel_queued(self, request: InferenceRequest) -> None:
         """A request was cancelled: if it still waits in the queue it never runs, and is

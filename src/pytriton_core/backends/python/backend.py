@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import json
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +40,7 @@ from pytriton_core.errors import (
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.statistics import ComputeTiming
+from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.paths import confined_path
 
@@ -261,9 +262,24 @@ class PythonInstance(BackendInstance):
     def _to_pb_request(self, request: InferenceRequest) -> pb_utils.InferenceRequest:
         inputs = [self._to_pb_tensor(t) for t in request.inputs.values()]
 
+        last_sent_ns = time.monotonic_ns()  # a response's work starts after the previous one
+        sent = False
+
         def send(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            nonlocal last_sent_ns, sent
+            output_start_ns = time.monotonic_ns() if response is not None else 0
             core = None if response is None else self._from_pb_response(response, request)
-            request.send_threadsafe(core, final)
+            sent_ns = time.monotonic_ns()
+            timing = ResponseTiming(last_sent_ns, output_start_ns, sent_ns)
+            first = not sent
+            last_sent_ns = sent_ns
+            sent = True
+            request.send_threadsafe(core, final, timing)
+            if first:
+                # The model holds the GIL while it computes its next responses; letting it go
+                # once lets the event loop send the first one now rather than at the
+                # interpreter's next switch (5 ms), or after the whole stream.
+                time.sleep(0)
 
         return pb_utils.InferenceRequest._from_server(
             request_id=request.id,
