@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from pytriton_core import config as model_config
 from pytriton_core import proto
-from pytriton_core.backends.base import InstanceSpec, ModelLocation
+from pytriton_core.backends.base import InstanceSpec, ModelLocation, ServerCalls
 from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.config.spec import ModelSpec
@@ -58,6 +58,7 @@ class VersionStarter:
     device_pools: DevicePools
     custom_metrics: MetricRegistry | None = None
     services: ServerServices | None = None  # the response cache and the rate limiter
+    server: ServerCalls | None = None  # what model code calls (BLS)
 
     def start(self, polled: PolledModel, version: int) -> Model:
         """Start ``version``, retrying as told; raises the last failure."""
@@ -116,6 +117,7 @@ class VersionStarter:
             device_pools=self.device_pools,
             custom_metrics=self.custom_metrics,
             python_based_dir=self.backends.python_based_dir(backend_name),
+            server=self.server,
         )
 
     def check_gpu_limits(self, specs: Sequence[InstanceSpec]) -> None:
