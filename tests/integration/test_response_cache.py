@@ -9,6 +9,7 @@ installed, see docs/response-cache.md) answers the same traffic with the same co
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,26 @@ def write_model(
     )
 
 
+def write_ensemble(root: Path, name: str, step_model: str, steps: int = 1) -> None:
+    """An ensemble with the cache on: ``steps`` runs of ``step_model``, INPUT0 -> OUTPUT0."""
+    tensors = ["INPUT0", *(f"T{i}" for i in range(1, steps)), "OUTPUT0"]
+    step_text = ", ".join(
+        f'{{ model_name: "{step_model}" model_version: -1 '
+        f'input_map {{ key: "INPUT0" value: "{tensors[i]}" }} '
+        f'output_map {{ key: "OUTPUT0" value: "{tensors[i + 1]}" }} }}'
+        for i in range(steps)
+    )
+    folder = root / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        "response_cache { enable: true }\n"
+        f"ensemble_scheduling {{ step [ {step_text} ] }}\n"
+    )
+
+
 def build_repository(root: Path) -> Path:
     write_model(root, "cached")
     write_model(root, "cached_grpc")
@@ -88,10 +109,40 @@ def build_repository(root: Path) -> Path:
         extra="model_transaction_policy { decoupled: true }\n",
     )
     write_model(root, "sequence_cached", extra="sequence_batching { }\n")
+    # Ensembles: the composing models have no cache of their own.
+    write_model(root, "step", cache=False)
+    write_ensemble(root, "ensemble_cached", "step", steps=2)
+    write_model(
+        root,
+        "decoupled_step",
+        cache=False,
+        source=DECOUPLED_MODEL,
+        extra="model_transaction_policy { decoupled: true }\n",
+    )
+    write_ensemble(root, "ensemble_decoupled", "decoupled_step")
+    write_model(root, "sequence_step", cache=False, extra="sequence_batching { }\n")
+    write_ensemble(root, "ensemble_sequence", "sequence_step")
+    write_model(root, "changing_step", cache=False)
+    write_ensemble(root, "ensemble_of_changing_step", "changing_step")
     return root
 
 
-READY_MODELS = ("cached", "cached_grpc", "cached_int", "uncached", "big", "ordered")
+READY_MODELS = (
+    "cached",
+    "cached_grpc",
+    "cached_int",
+    "uncached",
+    "big",
+    "ordered",
+    "ensemble_cached",
+)
+
+# An ensemble whose step is decoupled is decoupled itself: its version fails to load.
+ENSEMBLE_DECOUPLED_REFUSAL = (
+    "load failed for model 'ensemble_decoupled': version 1 is at UNAVAILABLE state: Invalid "
+    "argument: Response Cache does not currently support model ensemble_decoupled with "
+    "'decoupled' transaction policy. Please disable the response cache.;"
+)
 
 
 @pytest.fixture(scope="module")
@@ -280,6 +331,89 @@ def test_refused_for_decoupled_and_sequence_models(
     assert not client.is_model_ready(model)
 
 
+ENSEMBLE_TRAFFIC = [np.full((1, 4), v, np.float32) for v in (1, 2, 1, 1, -1, -1, 2)]
+
+
+def ensemble_answers(client: httpclient.InferenceServerClient) -> list[np.ndarray | str]:
+    """The ensemble's answers to ENSEMBLE_TRAFFIC (a negative input fails in its step)."""
+    answers: list[np.ndarray | str] = []
+    for x in ENSEMBLE_TRAFFIC:
+        try:
+            answers.append(infer(client, "ensemble_cached", x))
+        except InferenceServerException as exc:
+            answers.append(str(exc.message()))
+    return answers
+
+
+def test_an_ensemble_is_answered_from_the_cache_without_running_its_steps(
+    server: ServerHandle, client: httpclient.InferenceServerClient
+) -> None:
+    answers = ensemble_answers(client)
+    for x, answer in zip(ENSEMBLE_TRAFFIC, answers, strict=True):
+        if x.flat[0] < 0:
+            assert answer == "in ensemble 'ensemble_cached', negative"
+        else:
+            np.testing.assert_array_equal(answer, x * 4)
+    # Two misses and three hits; the failures are neither (nor stored: both ran).
+    assert counts(client, "ensemble_cached") == {
+        "success": 5,
+        "hit": 3,
+        "miss": 2,
+        "compute": 2,
+        "inferences": 2,
+        "executions": 2,
+    }
+    # Each miss ran both steps; each failure the first one.
+    assert counts(client, "step")["executions"] == 2 * 2 + 2
+    families = scrape(server)
+    labels = {"model": "ensemble_cached", "version": "1"}
+    assert sample(families, "nv_cache_num_hits_per_model", **labels) == 3
+    assert sample(families, "nv_cache_num_misses_per_model", **labels) == 2
+
+
+def test_an_ensemble_with_a_decoupled_step_refuses_the_cache(
+    client: httpclient.InferenceServerClient,
+) -> None:
+    with pytest.raises(InferenceServerException) as failure:
+        client.load_model("ensemble_decoupled")
+    assert ENSEMBLE_DECOUPLED_REFUSAL in str(failure.value)
+    assert not client.is_model_ready("ensemble_decoupled")
+
+
+def test_an_ensemble_with_a_sequence_step_refuses_the_cache(
+    client: httpclient.InferenceServerClient,
+) -> None:
+    # Triton 2.51 loads this one and answers a second sequence from the cache without the
+    # stateful model seeing it; its documentation says the ensemble inherits the step's
+    # limitation, which is what happens here.
+    with pytest.raises(InferenceServerException) as failure:
+        client.load_model("ensemble_sequence")
+    assert (
+        "Response Cache does not currently support model ensemble_sequence with sequence "
+        "batching scheduler in its composing model sequence_step. Please disable the "
+        "response cache."
+    ) in str(failure.value)
+    assert not client.is_model_ready("ensemble_sequence")
+    assert client.is_model_ready("sequence_step")  # the composing model itself is fine
+
+
+def test_a_step_reloaded_as_sequence_batched_unloads_the_cached_ensemble(
+    server: ServerHandle, client: httpclient.InferenceServerClient
+) -> None:
+    client.load_model("ensemble_of_changing_step")
+    assert client.is_model_ready("ensemble_of_changing_step")
+    config = client.get_model_config("changing_step")
+    config["sequence_batching"] = {}
+    config.pop("dynamic_batching", None)
+    client.load_model("changing_step", config=json.dumps(config))
+    assert client.is_model_ready("changing_step")
+    assert not client.is_model_ready("ensemble_of_changing_step")
+    assert (
+        "Response Cache does not currently support model ensemble_of_changing_step with "
+        "sequence batching scheduler in its composing model changing_step."
+    ) in server.log()
+
+
 def scrape(server: ServerHandle) -> dict[str, Any]:
     import urllib.request
 
@@ -353,8 +487,22 @@ def test_counts_equal_the_real_triton(repository: Path) -> None:
             httpclient.InferenceServerClient(handle.http_url) as http_client,
         ):
             answers = [infer(http_client, "cached", x) for x in data]
-            results.append((answers, counts(http_client, "cached")))
-    (ours, our_counts), (theirs, their_counts) = results
+            answers += ensemble_answers(http_client)
+            with pytest.raises(InferenceServerException) as refusal:
+                http_client.load_model("ensemble_decoupled")
+            results.append(
+                (
+                    answers,
+                    [counts(http_client, m) for m in ("cached", "ensemble_cached", "step")],
+                    str(refusal.value),
+                )
+            )
+    (ours, our_counts, our_refusal), (theirs, their_counts, their_refusal) = results
     for mine, real in zip(ours, theirs, strict=True):
-        np.testing.assert_array_equal(mine, real)
+        if isinstance(real, str):
+            assert mine == real
+        else:
+            np.testing.assert_array_equal(mine, real)
     assert our_counts == their_counts
+    assert ENSEMBLE_DECOUPLED_REFUSAL in our_refusal
+    assert ENSEMBLE_DECOUPLED_REFUSAL in their_refusal

@@ -105,6 +105,7 @@ class ModelManager:
         services: ServerServices | None = None,
     ) -> None:
         self._options = options
+        self._services = services
         self._loop = loop
         self._namespacing = options.model_namespacing
         gpu_ids = visible_gpu_ids(options.min_supported_compute_capability)
@@ -637,14 +638,17 @@ class ModelManager:
         """An ensemble version (on the loop: it has no instances to start)."""
         config = self._normalized(polled)
         cfg: Any = config
+        declared = ModelSpec.from_config(config, version)
         # As Triton does, the config tells whether a decoupled model makes it decoupled.
-        cfg.model_transaction_policy.decoupled = ensemble.check_ensemble_steps(
-            ModelSpec.from_config(config, version), composing
-        )
+        decoupled = ensemble.check_ensemble_steps(declared, composing)
+        ensemble.check_ensemble_cache(declared, composing, decoupled)
+        cfg.model_transaction_policy.decoupled = decoupled
         spec = ModelSpec.from_config(config, version)
         metrics = self._options.metrics if self._options.allow_metrics else None
         stats = ModelStatistics.create(metrics, spec.histogram_buckets)
-        model = EnsembleModel(spec, config, polled.model_dir, self._loop, self.get, stats)
+        model = EnsembleModel(
+            spec, config, polled.model_dir, self._loop, self.get, stats, self._services
+        )
         model.start()
         return model
 
@@ -656,9 +660,9 @@ class ModelManager:
             if not current:
                 continue
             try:
-                decoupled = ensemble.check_ensemble_steps(
-                    current[-1].spec, self._composing_specs(current[-1].config)
-                )
+                composing = self._composing_specs(current[-1].config)
+                decoupled = ensemble.check_ensemble_steps(current[-1].spec, composing)
+                ensemble.check_ensemble_cache(current[-1].spec, composing, decoupled)
             except ServerError as exc:
                 log.error("failed to load model '%s': %s", user, exc.message)
                 await self._unload_name(user)
