@@ -84,12 +84,13 @@ def server(
     repository = root / "models"
     linear_model(repository, "linear_model")
     linear_model(repository, "from_directory", backend="linear_copy")
-    (repository / "echo_model" / "1").mkdir(parents=True)  # no model.py: the backend's
-    (repository / "echo_model" / "config.pbtxt").write_text(
-        'name: "echo_model"\nbackend: "echo"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
-    )
+    for name, runtime in (("echo_model", ""), ("echo_runtime", 'runtime: "model.py"\n')):
+        (repository / name / "1").mkdir(parents=True)  # no model.py: the backend's
+        (repository / name / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "echo"\nmax_batch_size: 0\n{runtime}'
+            'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+            'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        )
     linear_model(repository, "unknown_backend", backend="no_such_backend")
     backends = root / "backends"
     shutil.copytree(PLUGIN_SOURCE / "pytriton_linear_backend", backends / "linear_copy")
@@ -105,6 +106,7 @@ def server(
         "--load-model=linear_model",
         "--load-model=from_directory",
         "--load-model=echo_model",
+        "--load-model=echo_runtime",
         env=env,
     ) as handle:
         yield handle
@@ -140,11 +142,13 @@ def test_the_plugin_serves_a_model(
     assert stats["execution_count"] == 1 and stats["inference_count"] == 2
 
 
+@pytest.mark.parametrize("model", ["echo_model", "echo_runtime"])
 def test_a_python_based_backend_runs_its_own_model_py(
-    client: httpclient.InferenceServerClient,
+    client: httpclient.InferenceServerClient, model: str
 ) -> None:
+    # echo_runtime also says `runtime: "model.py"` (accepted: the backend's own runtime).
     data = np.array([1.5, -2], np.float32)
-    np.testing.assert_array_equal(infer(client, "echo_model", data), data + 1)
+    np.testing.assert_array_equal(infer(client, model, data), data + 1)
 
 
 def test_an_unknown_backend_fails_the_load_naming_it(

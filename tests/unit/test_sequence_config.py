@@ -311,6 +311,26 @@ def test_unsupported_fields_are_named(
         assert str(caught.value) == expected + entry.why
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "response_cache { enable: true }",
+        'instance_group [ { kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 2 } ] '
+        "priority: 3 } } ]",
+        'model_repository_agents { agents [ { name: "checksum" '
+        'parameters { key: "MD5:1/model.py" value: "d41d8cd98f00b204e9800998ecf8427e" } } ] }',
+        'runtime: "model.py"',  # a Python-based backend's (docs/backend-plugins.md)
+        'runtime: "libtriton_python.so"',
+    ],
+)
+def test_implemented_fields_once_listed_load(
+    text: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        _load(text, tmp_path)
+    assert not [r for r in caplog.records if "does not support it" in r.getMessage()]
+
+
 def test_a_plain_config_sets_none_of_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         _load("", tmp_path)
