@@ -82,6 +82,7 @@ class Model:
         # /config endpoints); everything else reads ``spec``.
         self.config = config
         self.model_dir = model_dir
+        self.loaded_at = time.time()  # wall clock (the OpenAI model list's "created")
         self.state = ModelState.LOADING
         self.stats = stats if stats is not None else ModelStatistics()
         self._loop = loop
