@@ -13,11 +13,11 @@ from typing import Any, NoReturn
 from google.protobuf.message import Message
 
 from pytriton_core import proto, types
+from pytriton_core.config import ensemble
 from pytriton_core.config.unsupported import check_supported
 from pytriton_core.config.validate_sequence import check_sequence_batching
 from pytriton_core.errors import ModelConfigError
 
-ENSEMBLE_PLATFORM = "ensemble"
 PYTHON_BACKEND = "python"
 WILDCARD_DIM = -1
 
@@ -63,18 +63,10 @@ class _Checker:
 
 
 def _check_platform(check: _Checker, cfg: Any) -> None:
-    is_ensemble = cfg.platform == ENSEMBLE_PLATFORM
-    if is_ensemble != cfg.HasField("ensemble_scheduling"):
-        check.fail(
-            "an ensemble needs both platform 'ensemble' and ensemble_scheduling"
-            if is_ensemble
-            else "ensemble_scheduling is only allowed with platform 'ensemble'"
-        )
-    if is_ensemble:
-        if cfg.backend:
-            check.fail(f"an ensemble must have an empty backend, got '{cfg.backend}'")
-        if cfg.instance_group:
-            check.fail("instance_group must not be specified for an ensemble")
+    if ensemble.is_ensemble(cfg):
+        # Triton's own messages, which name the ensemble themselves.
+        ensemble.check_ensemble_platform(cfg)
+        ensemble.check_ensemble_graph(cfg)
     if cfg.backend == PYTHON_BACKEND and cfg.platform:
         check.fail(f"backend 'python' requires an empty platform, got '{cfg.platform}'")
 

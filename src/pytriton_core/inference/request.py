@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from pytriton_core.inference.flow import ResponseWindow, response_bytes
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
-from pytriton_core.inference.statistics import ResponseTiming
+from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 from pytriton_core.inference.tensor import GuardedTensor, Tensor
 
 if TYPE_CHECKING:
@@ -76,6 +76,9 @@ class InferenceRequest:
     # scheduler queues it again (iterative sequences) instead of completing it.
     reschedule: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
+    # Called on the loop with the execution's timing when the request has run: an
+    # ensemble sums its steps' compute times (Triton's secondary stats aggregator).
+    compute_observer: Callable[[ComputeTiming], None] | None = None
     # Set by a front end that streams to a client who may read slowly (inference.flow).
     response_window: ResponseWindow | None = None
     # Set by the model (decoupled models' statistics per response).

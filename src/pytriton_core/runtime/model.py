@@ -138,19 +138,7 @@ class Model:
 
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
-        if self.state is not ModelState.READY:
-            raise UnavailableError(
-                f"Request for unknown model: '{self.name}' version {self.version} is not at "
-                "ready state"
-            )
-        # Triton counts no statistics for a request that fails validation.
-        validate_request(request, self.spec)
-        if request.cancelled:  # its client went away before it got here
-            raise CancelledError(CANCELLED_MESSAGE).with_request_id(request.id)
-        request.loop = self._loop
-        request.queue_start_ns = time.monotonic_ns()
-        if request.trace is not None:
-            self._trace_submit(request)
+        self._admit(request)
         if self.spec.decoupled:
             request.observer = ResponseCounter(self.stats, request.arrival_ns)
         try:
@@ -168,6 +156,22 @@ class Model:
         if self._release_order is not None:
             self._release_order.append(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
+
+    def _admit(self, request: InferenceRequest) -> None:
+        """Refuse a request the model cannot take now; start its queue time."""
+        if self.state is not ModelState.READY:
+            raise UnavailableError(
+                f"Request for unknown model: '{self.name}' version {self.version} is not at "
+                "ready state"
+            )
+        # Triton counts no statistics for a request that fails validation.
+        validate_request(request, self.spec)
+        if request.cancelled:  # its client went away before it got here
+            raise CancelledError(CANCELLED_MESSAGE).with_request_id(request.id)
+        request.loop = self._loop
+        request.queue_start_ns = time.monotonic_ns()
+        if request.trace is not None:
+            self._trace_submit(request)
 
     @property
     def in_flight(self) -> int:
@@ -267,6 +271,8 @@ class Model:
                 continue  # queued again: not finished
             start_ns = request.queue_start_ns
             stats.record_request_success(start_ns, start_ns, timing, end_ns)
+            if request.compute_observer is not None:
+                request.compute_observer(timing)
             if kept is not None:
                 # A reschedule that could not be honoured: the request fails, as in Triton.
                 stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)

@@ -222,7 +222,7 @@ class InferenceService:
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._require_explicit_mode()
-        await self._manager.unload(name)
+        await self._manager.unload(name, unload_dependents)
 
     # --------------------------------------------------------- statistics
 
