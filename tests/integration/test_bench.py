@@ -274,3 +274,26 @@ def test_cuda_shm_bench_runs_its_non_cuda_modes_on_the_cpu(tmp_path: Path) -> No
     assert [r["mode"] for r in rows] == ["http-binary", "grpc", "http-system-shm"]
     assert all(r["inferences"] > 0 for r in rows)
     assert "| http-system-shm |" in (tmp_path / "cuda_shm.md").read_text()
+
+
+def test_openai_stream_bench_counts_every_chunk(tmp_path: Path) -> None:
+    """bench.openai_stream checks each request's chunk count itself (and fails on a wrong
+    one); a short run shows every endpoint measured at both concurrencies."""
+    command = [sys.executable, "-m", "bench.openai_stream", "--seconds", "0.3"]
+    result = subprocess.run(
+        [*command, "--concurrency", "1,2", "--out", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads((tmp_path / "openai_stream.json").read_text())
+    assert [(r["server"], r["concurrency"]) for r in rows] == [
+        (endpoint, concurrency)
+        for endpoint in ("chat", "completions", "generate_stream")
+        for concurrency in (1, 2)
+    ]
+    assert all(r["requests"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+    assert "| chat | 1 |" in (tmp_path / "openai_stream.md").read_text()

@@ -448,6 +448,39 @@ def test_an_error_in_the_middle_of_a_stream_is_its_last_event(
     assert events[2:] == ["data: [DONE]", ""]
 
 
+def test_restricted_apis_group_the_openai_endpoints_as_triton_does() -> None:
+    port = free_port()
+    flags = (
+        "--allow-openai=true",
+        "--openai-address=127.0.0.1",
+        f"--openai-port={port}",
+        "--http-restricted-api=inference:api-key=s3cret",
+    )
+    with (
+        run_pytriton_server(OPENAI_MODELS, *flags),
+        openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0) as plain,
+        openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            api_key="x",
+            max_retries=0,
+            default_headers={"api-key": "s3cret"},
+        ) as keyed,
+    ):
+        assert plain.models.retrieve("tiny_llm").id == "tiny_llm"  # model-repository: open
+        with pytest.raises(openai.PermissionDeniedError) as raised:
+            plain.completions.create(model="tiny_llm", prompt="x")
+        assert error_of(raised) == {
+            "message": "This API is restricted, expecting header 'api-key'",
+            "type": "permission_error",
+            "param": None,
+            "code": None,
+        }
+        with pytest.raises(openai.PermissionDeniedError):
+            plain.embeddings.create(model="tiny_embed", input="x")
+        answer = keyed.completions.create(model="tiny_llm", prompt="Once upon", max_tokens=2)
+        assert answer.choices[0].text == " a"
+
+
 # ------------------------------------------------------------------------- cancellation
 
 
