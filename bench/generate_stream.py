@@ -166,16 +166,29 @@ def run(servers: list[str], concurrencies: list[int], seconds: float, out: Path)
             with serve(server, repository, out, ready_model=MODEL) as (http_port, _):
                 for concurrency in concurrencies:
                     cell = measure(server, http_port, concurrency, seconds)
-                    print(
-                        f"{server:6} c={concurrency}: {cell.tokens_per_s:9.0f} tokens/s, "
-                        f"first token {cell.first_token_ms_p50:6.2f} ms, "
-                        f"request {cell.request_ms_p50:7.2f} ms ({cell.requests} requests)",
-                        flush=True,
-                    )
+                    print(progress(cell), flush=True)
                     cells.append(cell)
     finally:
         shutil.rmtree(repository, ignore_errors=True)
     return cells
+
+
+def progress(cell: Cell, unit: str = "token") -> str:
+    """One measured cell, as the run prints it."""
+    return (
+        f"{cell.server:6} c={cell.concurrency}: {cell.tokens_per_s:9.0f} {unit}s/s, "
+        f"first {unit} {cell.first_token_ms_p50:6.2f} ms, "
+        f"request {cell.request_ms_p50:7.2f} ms ({cell.requests} requests)"
+    )
+
+
+def table_rows(cells: list[Cell]) -> list[str]:
+    """The report's rows: label, concurrency, requests, per second, first, request."""
+    return [
+        f"| {c.server} | {c.concurrency} | {c.requests} | {c.tokens_per_s:.0f} | "
+        f"{c.first_token_ms_p50:.2f} | {c.request_ms_p50:.2f} |"
+        for c in cells
+    ]
 
 
 def report(cells: list[Cell]) -> str:
@@ -185,11 +198,7 @@ def report(cells: list[Cell]) -> str:
         "| server | concurrency | requests | tokens/s | first token p50 (ms) | request p50 (ms) |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {c.server} | {c.concurrency} | {c.requests} | {c.tokens_per_s:.0f} | "
-        f"{c.first_token_ms_p50:.2f} | {c.request_ms_p50:.2f} |"
-        for c in cells
-    ]
+    lines += table_rows(cells)
     by = {(c.server, c.concurrency): c for c in cells}
     ratios = [
         f"| {n} | {by['ours', n].tokens_per_s / by['triton', n].tokens_per_s:.2f} |"

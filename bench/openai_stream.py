@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench.generate_stream import Cell, measure
+from bench.generate_stream import Cell, measure, progress, table_rows
 from bench.shm_compare import ROOT, _free_ports, serve, write_results
 
 MODEL = "tiny_llm"
@@ -86,12 +86,7 @@ def run(concurrencies: list[int], seconds: float, out: Path) -> list[Cell]:
                         body=json.dumps(body).encode(),
                         expected_events=events,
                     )
-                    print(
-                        f"{label:15} c={concurrency}: {cell.tokens_per_s:8.0f} chunks/s, "
-                        f"first chunk {cell.first_token_ms_p50:6.2f} ms, "
-                        f"request {cell.request_ms_p50:7.2f} ms ({cell.requests} requests)",
-                        flush=True,
-                    )
+                    print(progress(cell, "chunk"), flush=True)
                     cells.append(cell)
     finally:
         shutil.rmtree(repository, ignore_errors=True)
@@ -106,12 +101,7 @@ def report(cells: list[Cell]) -> str:
         "request p50 (ms) |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {c.server} | {c.concurrency} | {c.requests} | {c.tokens_per_s:.0f} | "
-        f"{c.first_token_ms_p50:.2f} | {c.request_ms_p50:.2f} |"
-        for c in cells
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *table_rows(cells)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

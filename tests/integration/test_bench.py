@@ -260,16 +260,7 @@ def test_scenarios_are_selected_by_key() -> None:
 def test_cuda_shm_bench_runs_its_non_cuda_modes_on_the_cpu(tmp_path: Path) -> None:
     """bench.cuda_shm runs on GPU machines (tools/gpu-checks.sh); ``--kind cpu`` keeps its
     socket and system shared-memory modes, the report and the output check running here."""
-    command = [sys.executable, "-m", "bench.cuda_shm", "--kind", "cpu", "--seconds", "0.3"]
-    result = subprocess.run(
-        [*command, "--out", str(tmp_path)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_bench("bench.cuda_shm", "--kind", "cpu", "--seconds", "0.3", "--out", str(tmp_path))
     rows = json.loads((tmp_path / "cuda_shm.json").read_text())
     assert [r["mode"] for r in rows] == ["http-binary", "grpc", "http-system-shm"]
     assert all(r["inferences"] > 0 for r in rows)
@@ -279,16 +270,9 @@ def test_cuda_shm_bench_runs_its_non_cuda_modes_on_the_cpu(tmp_path: Path) -> No
 def test_openai_stream_bench_counts_every_chunk(tmp_path: Path) -> None:
     """bench.openai_stream checks each request's chunk count itself (and fails on a wrong
     one); a short run shows every endpoint measured at both concurrencies."""
-    command = [sys.executable, "-m", "bench.openai_stream", "--seconds", "0.3"]
-    result = subprocess.run(
-        [*command, "--concurrency", "1,2", "--out", str(tmp_path)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
+    run_bench(
+        "bench.openai_stream", "--seconds", "0.3", "--concurrency", "1,2", "--out", str(tmp_path)
     )
-    assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads((tmp_path / "openai_stream.json").read_text())
     assert [(r["server"], r["concurrency"]) for r in rows] == [
         (endpoint, concurrency)
@@ -297,3 +281,16 @@ def test_openai_stream_bench_counts_every_chunk(tmp_path: Path) -> None:
     ]
     assert all(r["requests"] > 0 and r["tokens_per_s"] > 0 for r in rows)
     assert "| chat | 1 |" in (tmp_path / "openai_stream.md").read_text()
+
+
+def run_bench(module: str, *args: str) -> None:
+    """``python -m <module> <args>`` from the checkout, which must succeed."""
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -24,8 +24,18 @@ from pytriton_core.frontends.openai.contract import (
     text_request,
 )
 from pytriton_core.frontends.openai.errors import ModelNotFoundError, error_response, render_error
-from pytriton_core.frontends.openai.generation import ChatShape, CompletionShape, Generation
-from pytriton_core.frontends.openai.schema import read_chat, read_completion, read_embedding
+from pytriton_core.frontends.openai.generation import (
+    ChatShape,
+    CompletionShape,
+    Generation,
+    Shape,
+)
+from pytriton_core.frontends.openai.schema import (
+    GenerationRequest,
+    read_chat,
+    read_completion,
+    read_embedding,
+)
 from pytriton_core.options import ApiCategory
 from pytriton_core.runtime.model import Model
 from pytriton_core.service import InferenceService
@@ -54,37 +64,14 @@ def openai_router(service: InferenceService) -> Router:
     async def completions(request: Request, match: RouteMatch) -> HttpResponse:
         _check_encoding(request)
         parsed = read_completion(request.body)
-        model = _model(service, parsed.model)
-        infer_request = text_request(
-            model,
-            prompt=parsed.prompt,
-            messages=None,
-            stream=parsed.stream,
-            sampling=parsed.sampling,
-            extra=parsed.extra,
-        )
         shape = CompletionShape(parsed.prompt if parsed.echo else "")
-        generation = Generation(
-            shape, parsed.model, stream=parsed.stream, include_usage=parsed.include_usage
-        )
-        return await generation.answer(service, model, infer_request)
+        return await _generate(service, parsed, shape, parsed.prompt, None)
 
     async def chat_completions(request: Request, match: RouteMatch) -> HttpResponse:
         _check_encoding(request)
         parsed = read_chat(request.body)
-        model = _model(service, parsed.model)
-        infer_request = text_request(
-            model,
-            prompt=render_chat(parsed.messages),
-            messages=parsed.messages,
-            stream=parsed.stream,
-            sampling=parsed.sampling,
-            extra=parsed.extra,
-        )
-        generation = Generation(
-            ChatShape(), parsed.model, stream=parsed.stream, include_usage=parsed.include_usage
-        )
-        return await generation.answer(service, model, infer_request)
+        prompt = render_chat(parsed.messages)
+        return await _generate(service, parsed, ChatShape(), prompt, parsed.messages)
 
     async def embeddings(request: Request, match: RouteMatch) -> HttpResponse:
         _check_encoding(request)
@@ -117,6 +104,29 @@ def openai_router(service: InferenceService) -> Router:
     router.add(r"/v1/chat/completions", ApiCategory.INFERENCE, POST=_answering(chat_completions))
     router.add(r"/v1/embeddings", ApiCategory.INFERENCE, POST=_answering(embeddings))
     return router
+
+
+async def _generate(
+    service: InferenceService,
+    parsed: GenerationRequest,
+    shape: Shape,
+    prompt: str,
+    messages: list[dict[str, str]] | None,
+) -> HttpResponse:
+    """A completion or a chat completion (``messages`` None: a completion)."""
+    model = _model(service, parsed.model)
+    infer_request = text_request(
+        model,
+        prompt=prompt,
+        messages=messages,
+        stream=parsed.stream,
+        sampling=parsed.sampling,
+        extra=parsed.extra,
+    )
+    generation = Generation(
+        shape, parsed.model, stream=parsed.stream, include_usage=parsed.include_usage
+    )
+    return await generation.answer(service, model, infer_request)
 
 
 def _answering(handler: Handler) -> Handler:
