@@ -329,6 +329,12 @@ def test_embeddings_are_unit_vectors_with_usage(client: openai.OpenAI) -> None:
     np.testing.assert_array_equal(vectors[0], vectors[2])
     assert not np.array_equal(vectors[0], vectors[1])
     assert (answer.usage.prompt_tokens, answer.usage.total_tokens) == (15, 15)
+    # " hello " has five trigrams, hashed (CRC-32) to coordinates 10 (negative), 27, 1, 20
+    # and 22 (positive): each of length 1/sqrt(5).
+    expected = np.zeros(32)
+    expected[[27, 1, 20, 22]] = 1 / np.sqrt(5)
+    expected[10] = -1 / np.sqrt(5)
+    np.testing.assert_allclose(vectors[0], expected, rtol=1e-6)
 
 
 def test_embeddings_in_base64_and_fewer_dimensions(client: openai.OpenAI) -> None:
