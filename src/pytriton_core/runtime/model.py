@@ -88,6 +88,7 @@ class Model:
         # /config endpoints); everything else reads ``spec``.
         self.config = config
         self.model_dir = model_dir
+        self.loaded_at = time.time()  # wall clock (the OpenAI model list's "created")
         self._state = ModelState.LOADING
         self.stats = stats if stats is not None else ModelStatistics()
         self._loop = loop
