@@ -81,6 +81,9 @@ class Model:
         self._backend_model = backend_model
         self._scheduler = create_scheduler(spec, self._reject_threadsafe)
         self._instances: list[ModelInstance] = []
+        # A lone request may execute on the loop (runtime/instance.py): this backend holds
+        # the GIL anyway, and the scheduler would hand a lone request over at once.
+        self._inline = backend_model.loop_execution and self._scheduler.dispatches_lone_at_once
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
@@ -143,6 +146,17 @@ class Model:
             self._trace_submit(request)
         if self.spec.decoupled and self.stats.first_response is not None:
             self._observe_first_response(request)
+        if self._inline and not self._in_flight:
+            instance = self._instances[0]
+            if instance.inline_ready:
+                # Nothing queued or executing: the instance's thread is idle, and this
+                # request would be its next batch at once. Run it here, without the two
+                # thread wake-ups; its response is delivered before submit returns.
+                self._in_flight += 1
+                if self._release_order is not None:
+                    self._release_order.append(request)
+                instance.execute_inline([request])
+                return
         try:
             self._scheduler.enqueue(request)
         except ServerError as exc:

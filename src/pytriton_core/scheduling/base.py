@@ -22,6 +22,11 @@ from pytriton_core.inference.request import InferenceRequest
 
 
 class Scheduler(abc.ABC):
+    # True when a request that arrives with nothing else queued is handed to the next idle
+    # instance at once (no queue delay to wait for batch mates): the model may then run
+    # such a request without queueing it (runtime/instance.py, ``execute_inline``).
+    dispatches_lone_at_once: bool = False
+
     @abc.abstractmethod
     def enqueue(self, request: InferenceRequest) -> None:
         """Queue a validated request; raises a ServerError if it cannot be accepted."""

@@ -27,6 +27,7 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
+from pytriton_core.backends.batching import Batch, BatchRunner
 from pytriton_core.backends.framework import flag
 from pytriton_core.backends.python import pb_utils
 from pytriton_core.backends.python.model_imports import ModelImporter
@@ -44,6 +45,10 @@ from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.paths import confined_path
 
 MODULE_NAME = "triton_python_backend_utils"
+# Model parameters (docs/python-models.md): "no" keeps every execution in the instance's
+# thread; "yes" hands execute() one request holding the whole batch, stacked.
+EXECUTE_ON_LOOP = "EXECUTE_ON_EVENT_LOOP"
+BATCHED_EXECUTE = "BATCHED_EXECUTE"
 
 
 def _install_pb_utils() -> None:
@@ -144,11 +149,30 @@ class PythonModel(BackendModel):
         self._location = location
         self.decoupled = spec.decoupled
         self._output_names = list(spec.outputs)
+        self.output_set = frozenset(spec.outputs)
+        self.input_types = {name: t.datatype.wire_name for name, t in spec.inputs.items()}
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
         force_cpu = spec.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
         self.gpu_inputs = not flag(force_cpu, default=True)
         if not hasattr(module.TritonPythonModel, "execute"):
             raise InternalError(f"Python model {path} does not implement `execute` method.")
+        # A lone request's short execution may run on the event loop (the model holds the
+        # GIL anyway): not for decoupled models, which answer from threads of their own
+        # over time, nor async ones, which need a loop of their own, nor where the model's
+        # parameters say no (a model that waits on the server: a cancellation it polls).
+        # One stacked request per batch instead of one request each (beyond Triton).
+        self.batched = flag(spec.parameters.get(BATCHED_EXECUTE), default=False)
+        if self.batched and (not spec.batching or spec.decoupled):
+            raise ModelConfigError(
+                f"model '{spec.name}': parameter {BATCHED_EXECUTE} needs a batching model "
+                "(max_batch_size > 0) in the default (not decoupled) transaction policy"
+            )
+        self._spec = spec
+        self.loop_execution = (
+            flag(spec.parameters.get(EXECUTE_ON_LOOP), default=True)
+            and not self.decoupled
+            and not inspect.iscoroutinefunction(module.TritonPythonModel.execute)
+        )
 
     def finalize(self) -> None:
         self._importer.release()
@@ -165,12 +189,17 @@ class PythonModel(BackendModel):
         }
         return PythonInstance(self, spec, args)
 
+    def batch_runner(self) -> BatchRunner | None:
+        """The gather/scatter of a model with BATCHED_EXECUTE, else None."""
+        return BatchRunner.for_instance(self._spec, self._location) if self.batched else None
+
 
 class PythonInstance(BackendInstance):
     def __init__(self, model: PythonModel, spec: InstanceSpec, args: dict[str, str]) -> None:
         self._model = model
         self._spec = spec
         self._staging = model._location.host_staging  # GPU outputs' host copies
+        self._batch_runner = model.batch_runner()
         self._async_loop: asyncio.AbstractEventLoop | None = None
         # Entered around every call into the model; one per instance (one worker thread).
         self._running = _running_model(model._location)
@@ -196,16 +225,11 @@ class PythonInstance(BackendInstance):
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
     ) -> Sequence[InferenceResponse | None]:
+        if self._batch_runner is not None:
+            return self._batch_runner.execute(requests, timing, self._execute_stacked)
         pb_requests = [self._to_pb_request(r) for r in requests]
         timing.mark_input_done()
-        with self._running:
-            try:
-                result = self._run(self._python_model.execute(pb_requests))
-            except Exception as exc:
-                raise InternalError(
-                    f"Failed to process the request(s) for model '{self._spec.name}', "
-                    f"message: {type(exc).__name__}: {exc}{_model_frames(exc)}"
-                ) from exc
+        result = self._call_execute(pb_requests)
         timing.mark_infer_done()
         if self._model.decoupled:
             if result is not None:
@@ -231,6 +255,59 @@ class PythonInstance(BackendInstance):
             self._from_pb_response(response, request)
             for response, request in zip(result, requests, strict=True)
         ]
+
+    def _call_execute(self, pb_requests: list[pb_utils.InferenceRequest]) -> Any:
+        with self._running:
+            try:
+                return self._run(self._python_model.execute(pb_requests))
+            except Exception as exc:
+                raise InternalError(
+                    f"Failed to process the request(s) for model '{self._spec.name}', "
+                    f"message: {type(exc).__name__}: {exc}{_model_frames(exc)}"
+                ) from exc
+
+    def _execute_stacked(self, batch: Batch) -> dict[str, Any]:
+        """BATCHED_EXECUTE: the model gets one request holding the gathered batch and
+        answers it with the whole batch's outputs, which the runner scatters back."""
+        requests = batch.requests
+        inputs = [
+            pb_utils.Tensor._from_server(name, array, self._model.input_types[name])
+            for name, array in batch.inputs.items()
+        ]
+        stacked = pb_utils.InferenceRequest._from_server(
+            request_id=requests[0].id if len(requests) == 1 else "",
+            correlation_id=0,
+            inputs=inputs,
+            requested_output_names=list(batch.output_names),
+            parameters=dict(requests[0].parameters) if len(requests) == 1 else {},
+            flags=0,
+            timeout=0,
+            is_cancelled=lambda: all(r.cancelled for r in requests),
+            decoupled=False,
+        )
+        result = self._call_execute([stacked])
+        if not isinstance(result, list) or len(result) != 1:
+            raise InternalError(
+                f"model '{self._spec.name}' ({BATCHED_EXECUTE}): execute must return a list "
+                f"of one InferenceResponse for its one (stacked) request, got {result!r:.200}"
+            )
+        response = result[0]
+        if not isinstance(response, pb_utils.InferenceResponse):
+            raise InternalError(
+                f"Expected an InferenceResponse, found type '{type(response).__name__}'."
+            )
+        error = response.error()
+        if error is not None:  # the batch's one answer: every request of it fails
+            raise _server_error(error.code(), error.message())
+        outputs: dict[str, Any] = {}
+        for tensor in response.output_tensors():
+            if not tensor.is_cpu():
+                raise InternalError(
+                    f"model '{self._spec.name}' ({BATCHED_EXECUTE}): output "
+                    f"'{tensor.name()}' is in GPU memory; return CPU tensors"
+                )
+            outputs[tensor.name()] = tensor._server_array()
+        return outputs
 
     def finalize(self) -> None:
         finalize = getattr(self._python_model, "finalize", None)
@@ -278,22 +355,27 @@ class PythonInstance(BackendInstance):
                 )
             )
         error = response.error()
-        parameters = json.loads(response.parameters() or "{}")
+        # The dict behind ``parameters()`` (validated when the model built the response).
+        parameters = dict(response._parameters)
         if error is not None:
             return InferenceResponse(
                 parameters=parameters, error=_server_error(error.code(), error.message())
             )
-        wanted = set(request.output_names(self._model._output_names))
+        requested = request.requested_outputs
         outputs = []
         for tensor in response.output_tensors():
-            if tensor.name() not in wanted:
+            name = tensor.name()
+            if requested is None:
+                if name not in self._model.output_set:
+                    continue
+            elif name not in requested:
                 continue
             datatype = types.BY_WIRE_NAME[tensor._datatype_wire_name()]
             if tensor.is_cpu():
-                outputs.append(Tensor(tensor.name(), datatype, tensor._server_array()))
+                outputs.append(Tensor(name, datatype, tensor._server_array()))
             else:  # a GPU tensor (from_dlpack): copied to the host, or to a region, later
                 device = tensor._server_device_array(self._staging)
-                outputs.append(DeviceTensor(tensor.name(), datatype, device))
+                outputs.append(DeviceTensor(name, datatype, device))
         return InferenceResponse(outputs=outputs, parameters=parameters)
 
 
