@@ -4,7 +4,9 @@ A lone request may instead run on the event loop itself (``execute_inline``), wh
 the two thread wake-ups it would cost (the rule and its figures: docs/architecture.md,
 "Where executions run"). The model asks for that only when its backend holds the GIL while
 it executes (``BackendModel.loop_execution``), nothing else is queued or executing, and
-the instance's last ``INLINE_AFTER`` executions each took under ``INLINE_BUDGET_NS``;
+no other request ran inline in this turn of the loop (those read in the same turn queue
+for the thread, where they batch), and the instance's last ``INLINE_AFTER`` executions each
+took under ``INLINE_BUDGET_NS``;
 one execution over the budget sends the next ones back to the thread until that many
 short ones have run there again.
 """

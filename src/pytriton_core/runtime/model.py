@@ -84,6 +84,7 @@ class Model:
         # A lone request may execute on the loop (runtime/instance.py): this backend holds
         # the GIL anyway, and the scheduler would hand a lone request over at once.
         self._inline = backend_model.loop_execution and self._scheduler.dispatches_lone_at_once
+        self._inlined_this_turn = False
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
@@ -146,12 +147,16 @@ class Model:
             self._trace_submit(request)
         if self.spec.decoupled and self.stats.first_response is not None:
             self._observe_first_response(request)
-        if self._inline and not self._in_flight:
+        if self._inline and not self._in_flight and not self._inlined_this_turn:
             instance = self._instances[0]
             if instance.inline_ready:
                 # Nothing queued or executing: the instance's thread is idle, and this
                 # request would be its next batch at once. Run it here, without the two
-                # thread wake-ups; its response is delivered before submit returns.
+                # thread wake-ups; its response is delivered before submit returns. Only
+                # one per loop turn: requests that came in the same turn (read after this
+                # one) queue for the thread, where they batch.
+                self._inlined_this_turn = True
+                self._loop.call_soon(self._new_turn)
                 self._in_flight += 1
                 if self._release_order is not None:
                     self._release_order.append(request)
@@ -168,6 +173,9 @@ class Model:
         if self._release_order is not None:
             self._release_order.append(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
+
+    def _new_turn(self) -> None:
+        self._inlined_this_turn = False
 
     @property
     def in_flight(self) -> int:
