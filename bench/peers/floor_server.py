@@ -76,36 +76,20 @@ def _identity_header(request_header: bytes) -> bytes:
     document = json.loads(request_header)
     tensor = document["inputs"][0]
     size = tensor["parameters"]["binary_data_size"]
-    answer = {
-        "model_name": MODEL,
-        "model_version": "1",
-        "outputs": [
-            {
-                "name": "OUTPUT0",
-                "datatype": "FP32",
-                "shape": tensor["shape"],
-                "parameters": {"binary_data_size": size},
-            }
-        ],
-    }
+    answer = _identity_answer(tensor["shape"], parameters={"binary_data_size": size})
     return json.dumps(answer, separators=(",", ":")).encode()
+
+
+def _identity_answer(shape: object, **output: object) -> dict[str, object]:
+    """The identity model's answer document: OUTPUT0, FP32, ``shape``, and ``output``."""
+    tensor = {"name": "OUTPUT0", "datatype": "FP32", "shape": shape, **output}
+    return {"model_name": MODEL, "model_version": "1", "outputs": [tensor]}
 
 
 def _identity_json(body: bytes) -> bytes:
     document = json.loads(body)
     tensor = document["inputs"][0]
-    answer = {
-        "model_name": MODEL,
-        "model_version": "1",
-        "outputs": [
-            {
-                "name": "OUTPUT0",
-                "datatype": "FP32",
-                "shape": tensor["shape"],
-                "data": tensor["data"],
-            }
-        ],
-    }
+    answer = _identity_answer(tensor["shape"], data=tensor["data"])
     return _http(
         200,
         json.dumps(answer, separators=(",", ":")).encode(),

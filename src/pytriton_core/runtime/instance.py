@@ -24,16 +24,22 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
-from pytriton_core.scheduling.base import Scheduler
+from pytriton_core.scheduling.base import Retained, Scheduler
 
 log = logging.getLogger(__name__)
 
 INLINE_BUDGET_NS = 1_000_000  # an execution this short may run on the event loop ...
 INLINE_AFTER = 8  # ... once this many in a row were
 
-# The batch, then one response per request or the error that failed the whole execution.
+# The batch, then one response per request or the error that failed the whole execution,
+# the timing, and the requests the scheduler kept (re-queued) or answers with an error.
 BatchDone = Callable[
-    [list[InferenceRequest], Sequence[InferenceResponse | None] | ServerError, ComputeTiming],
+    [
+        list[InferenceRequest],
+        Sequence[InferenceResponse | None] | ServerError,
+        ComputeTiming,
+        Retained,
+    ],
     None,
 ]
 
@@ -54,9 +60,13 @@ class ModelInstance:
         schedule_on_loop: Callable[..., object],
         warmup: Sequence[WarmupSample] = (),
         model_name: str = "",
+        index: int = 0,
     ) -> None:
+        """``index``: the instance's position among the model's (what the scheduler knows
+        it by)."""
         self.spec = spec
         self._model_name = model_name
+        self.index = index
         self._warmup = warmup
         self._backend_model = backend_model
         self._scheduler = scheduler
@@ -123,7 +133,8 @@ class ModelInstance:
 
     def _serve(self, backend_instance: BackendInstance) -> None:
         self._backend_instance = backend_instance
-        while (batch := self._scheduler.next_batch()) is not None:
+        scheduler = self._scheduler
+        while (batch := scheduler.next_batch(self.index)) is not None:
             self._execute(backend_instance, batch, self._schedule_on_loop)
             # Keep nothing of a finished batch while waiting for the next one: its inputs
             # can be large, or views that hold a client's shared-memory region mapped.
@@ -159,7 +170,15 @@ class ModelInstance:
         timing.close()
         short = timing.end_ns - timing.start_ns < INLINE_BUDGET_NS
         self._short_streak = self._short_streak + 1 if short else 0
-        deliver(self._on_batch_done, batch, responses, timing)
+        # Before the next batch: a sequence's state and re-queued requests are settled
+        # in execution order.
+        retained: Retained
+        try:
+            retained = self._scheduler.completed(self.index, batch, responses)
+        except Exception:
+            log.exception("the scheduler failed to complete a batch of %s", self.spec.name)
+            retained = {}
+        deliver(self._on_batch_done, batch, responses, timing, retained)
 
 
 def _call_now(function: Callable[..., object], *args: object) -> None:
