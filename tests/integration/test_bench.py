@@ -252,6 +252,9 @@ def test_scenarios_are_selected_by_key() -> None:
     assert [s.key for s in framework] == [
         "onnx-mlp-256-http-binary-dynbatch",
         "torchscript-mlp-256-http-binary-dynbatch",
+        "onnx-mlp-large-1Ki-http-binary-dynbatch",
+        "numpy-mlp-256-http-binary-dynbatch",
+        "numpy-mlp-batched-256-http-binary-dynbatch",
     ]
     assert all(s.backend and s.dynamic_batching for s in framework)
     assert not select(DEFAULT, ("no-such-scenario",)).scenarios

@@ -95,6 +95,10 @@ class Model:
         self._backend_model = backend_model
         self._scheduler = create_scheduler(spec, self._reject_threadsafe, model_dir)
         self._instances: list[ModelInstance] = []
+        # A lone request may execute on the loop (runtime/instance.py): this backend holds
+        # the GIL anyway, and the scheduler would hand a lone request over at once.
+        self._inline = backend_model.loop_execution and self._scheduler.dispatches_lone_at_once
+        self._inlined_this_turn = False
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
@@ -184,6 +188,26 @@ class Model:
             request.observer = ResponseCounter(self.stats, request.arrival_ns)
         if self._cache is not None and self._answer_from_cache(request):
             return
+        if (
+            self._inline
+            and not self._in_flight
+            and not self._inlined_this_turn
+            and self._backend_model.loop_execution  # a Python model may turn it off
+        ):
+            instance = self._instances[0]
+            if instance.inline_ready:
+                # Nothing queued or executing: the instance's thread is idle, and this
+                # request would be its next batch at once. Run it here, without the two
+                # thread wake-ups; its response is delivered before submit returns. Only
+                # one per loop turn: requests that came in the same turn (read after this
+                # one) queue for the thread, where they batch.
+                self._inlined_this_turn = True
+                self._loop.call_soon(self._new_turn)
+                self._in_flight += 1
+                if self._release_order is not None:
+                    self._release_order.append(request)
+                instance.execute_inline([request])
+                return
         try:
             self._scheduler.enqueue(request)
         except InvalidArgumentError:
@@ -267,6 +291,9 @@ class Model:
                 self.name,
             )
         self.stats.record_cache_miss(lookup_ns + insert_ns)
+
+    def _new_turn(self) -> None:
+        self._inlined_this_turn = False
 
     @property
     def in_flight(self) -> int:
