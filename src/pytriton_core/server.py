@@ -11,19 +11,51 @@ from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.errors import InternalError
 from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
+from pytriton_core.frontends.openai import openai_router
+from pytriton_core.inference.response_cache import ResponseCache
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.metrics import MetricsEndpoint, MetricsReporter
-from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.options import ModelControlMode, RateLimitMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
 from pytriton_core.restricted import open_repository_api_warning
+from pytriton_core.runtime.services import ServerServices
+from pytriton_core.scheduling.rate_limiter import RateLimiter
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import TraceManager
 
 log = logging.getLogger(__name__)
 
 _EXIT_TIMEOUT = "Internal - Exit timeout expired. Exiting immediately."
+
+
+def server_services(options: ServerOptions) -> ServerServices:
+    """The response cache and the rate limiter the options ask for."""
+    cache = options.cache
+    limiter = options.rate_limiter
+    response_cache = None
+    if cache.name is not None:
+        response_cache = ResponseCache.from_settings(cache.name, cache.settings)
+        log.info("Response Cache is created with size %d bytes", response_cache.capacity_bytes)
+    for flag, folder in (
+        ("--backend-directory", options.backend_directory),
+        ("--repoagent-directory", options.repoagent_directory),
+    ):
+        if folder is not None and not folder.is_dir():
+            log.warning("%s=%s: not a folder, so no plug-ins are found there", flag, folder)
+    if cache.directory is not None:
+        log.info(
+            "--cache-directory=%s: the local cache is built into this server; the folder "
+            "is not searched",
+            cache.directory,
+        )
+    return ServerServices(
+        response_cache=response_cache,
+        rate_limiter=RateLimiter(limiter.resources)
+        if limiter.mode is RateLimitMode.EXECUTION_COUNT
+        else None,
+    )
 
 
 class ServerRuntime:
@@ -41,10 +73,12 @@ class ServerRuntime:
         self.log_control = LogControl(options.log)
         self._http: HttpFrontend | None = None
         self._grpc: GrpcFrontend | None = None
+        self._openai: HttpFrontend | None = None  # the OpenAI-compatible API's listener
         self._service: InferenceService | None = None
         self._manager: ModelManager | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.openai_port: int | None = None
         self.metrics_port: int | None = None
         self._poller: asyncio.Task[None] | None = None
         self._tracer: TraceManager | None = None
@@ -52,6 +86,7 @@ class ServerRuntime:
         self._metrics_endpoint: MetricsEndpoint | None = None
         # Custom metrics that models create with pb_utils.MetricFamily: this server's own.
         self.metric_registry = MetricRegistry()
+        self.services = ServerServices()
 
     @property
     def service(self) -> InferenceService:
@@ -63,12 +98,14 @@ class ServerRuntime:
         loop = asyncio.get_running_loop()
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
         staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
+        self.services = server_services(self.options)
         manager = self._manager = ModelManager(
             self.options,
-            BackendRegistry(),
+            BackendRegistry(self.options.backend_directory),
             loop,
             host_staging=staging,
             custom_metrics=self.metric_registry,
+            services=self.services,
         )
         shared_memory = SharedMemoryManager(
             allow_client=self.options.memory.allow_client_shm, staging=staging
@@ -105,6 +142,12 @@ class ServerRuntime:
             self.http_port = await self._http.start(
                 self.options.http_address, self.options.http_port
             )
+        if self.options.allow_openai:
+            router = openai_router(self._service)
+            self._openai = HttpFrontend(self._service, router, name="OpenAIService")
+            self.openai_port = await self._openai.start(
+                self.options.openai_address or self.options.http_address, self.options.openai_port
+            )
         if self.options.allow_grpc:
             self._grpc = GrpcFrontend(self._service)
             self.grpc_port = await self._grpc.start(
@@ -116,6 +159,7 @@ class ServerRuntime:
                 manager.loaded,
                 self.metric_registry,
                 pinned_pool=staging.stats,
+                response_cache=self.services.response_cache,
             )
             await self._reporter.start()
             self._metrics_endpoint = MetricsEndpoint(self._reporter)
@@ -162,6 +206,8 @@ class ServerRuntime:
         clean = not manager.in_flight()
         if self._http is not None:
             await self._http.stop(max(0.0, deadline - loop.time()))
+        if self._openai is not None:
+            await self._openai.stop(max(0.0, deadline - loop.time()))
         if self._grpc is not None:
             await self._grpc.stop(max(0.0, deadline - loop.time()))
         if self._metrics_endpoint is not None:

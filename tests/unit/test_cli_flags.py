@@ -119,11 +119,6 @@ def test_bad_values_are_argument_errors(argv: list[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["--rate-limit=execution_count"], "no rate limiter yet"),
-        (["--rate-limit-resource=R1:10"], "no rate limiter yet"),
-        (["--cache-config=local,size=1048576"], "no response cache yet"),
-        (["--cache-directory=/opt/tritonserver/caches"], "no response cache yet"),
-        (["--response-cache-byte-size=1024"], "no response cache yet"),
         (["--host-policy=gpu_0,numa-node=0"], "no host policies yet"),
     ],
 )
@@ -167,3 +162,29 @@ def test_backend_config_keys_that_nothing_reads_are_said_at_startup() -> None:
         "--backend-config=tensorflow,allow-soft-placement=true: this server has no backend "
         "'tensorflow'; not used",
     ]
+
+
+def test_the_openai_flags_set_their_options_and_need_allow_openai() -> None:
+    options = _parse("--allow-openai=true", "--openai-port=9100", "--openai-address=127.0.0.1")
+    assert (options.allow_openai, options.openai_port, options.openai_address) == (  # type: ignore[attr-defined]
+        True,
+        9100,
+        "127.0.0.1",
+    )
+    assert _parse().openai_port == 9000  # type: ignore[attr-defined]
+    for flag in ("--openai-port=9100", "--openai-address=127.0.0.1"):
+        with pytest.raises(SystemExit) as exit_info:
+            _parse(flag)
+        name = flag.split("=")[0]
+        assert exit_info.value.code == (
+            f"error: {name} is for the OpenAI front end: add --allow-openai=true"
+        )
+
+
+def test_allow_openai_adds_the_bundled_openai_models_to_the_default_repository() -> None:
+    def repositories(*argv: str) -> list[str]:
+        options = options_from_args(build_parser().parse_args(list(argv)))
+        return [path.name for path in options.model_repositories]  # type: ignore[attr-defined]
+
+    assert repositories() == ["model_repository"]
+    assert repositories("--allow-openai=true") == ["model_repository", "openai_models"]

@@ -36,6 +36,12 @@ from pytriton_core.backends.python.bls import BlsBridge, Caller, InstanceWaits
 from pytriton_core.backends.python.convert import from_pb_tensor, to_pb_tensor
 from pytriton_core.backends.python.model_imports import ModelImporter
 from pytriton_core.backends.python.model_loop import ModelLoop
+from pytriton_core.backends.python.process_env import ENV_PARAMETER, interpreter_for
+from pytriton_core.backends.python.process_instance import (
+    MODE_PARAMETER,
+    ProcessModel,
+    process_mode,
+)
 from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
 from pytriton_core.errors import (
     ErrorCode,
@@ -53,12 +59,21 @@ log = logging.getLogger(__name__)
 MODULE_NAME = "triton_python_backend_utils"
 
 
+def _asks_process_mode(cfg: Any) -> bool:
+    parameters = cfg.parameters
+    if ENV_PARAMETER in parameters:
+        return True
+    return MODE_PARAMETER in parameters and parameters[MODE_PARAMETER].string_value == "process"
+
+
 def _install_pb_utils() -> None:
     # model.py files import pb_utils by Triton's module name.
     sys.modules.setdefault(MODULE_NAME, pb_utils)
 
 
 def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
+    if location.python_based_dir is not None:  # a Python-based backend's own model.py
+        return location.python_based_dir / "model.py"
     filename = default_model_filename or "model.py"
     return confined_path(
         location.model_dir,
@@ -100,13 +115,25 @@ def _import_model_module(path: Path, location: ModelLocation) -> tuple[ModuleTyp
 class PythonBackend(Backend):
     name = "python"
 
-    def __init__(self) -> None:
+    def __init__(self, worker_process: bool = False) -> None:
+        """``worker_process``: this is a model's worker process (process mode), which runs
+        the model in-process whatever its config asks."""
+        self._worker_process = worker_process
         # Which instances of this server's Python models wait on BLS answers (deadlocks).
         self._waits = InstanceWaits()
 
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
         cfg: Any = config
         path = _model_file(location, cfg.default_model_filename)
+        if _asks_process_mode(cfg) and not self._worker_process:
+            # Importing the model here would defeat the isolation (and its environment's
+            # packages are not the server's): its auto_complete_config is not called.
+            log.warning(
+                "model '%s' runs in process mode: its auto_complete_config (if any) is not "
+                "called; its config.pbtxt must be complete",
+                location.name,
+            )
+            return
         module, importer = _import_model_module(path, location)
         try:
             hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
@@ -128,6 +155,12 @@ class PythonBackend(Backend):
 
     def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
         path = _model_file(location, spec.default_model_filename)
+        if process_mode(spec) and not self._worker_process:
+            if not path.is_file():
+                raise InternalError(f"Python model file not found in '{path}'")
+            interpreter = interpreter_for(spec.parameters.get(ENV_PARAMETER, ""), location)
+            model_config = json.dumps(config_to_json_dict(config))
+            return ProcessModel(spec, model_config, location, interpreter)
         module, importer = _import_model_module(path, location)
         try:
             return PythonModel(

@@ -33,6 +33,8 @@ class Request(Protocol):
 
 
 Handler = Callable[[Request, "RouteMatch"], Awaitable[HttpResponse]]
+# (status, message) -> the answer to a request no handler takes (404, 405, a restricted 403).
+ErrorRenderer = Callable[[int, str], HttpResponse]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +54,14 @@ class Route:
 
 
 class Router:
-    def __init__(self, restricted: RestrictedApis | None = None) -> None:
+    def __init__(
+        self, restricted: RestrictedApis | None = None, render_error: ErrorRenderer | None = None
+    ) -> None:
+        """``render_error``: how this router's protocol writes an error (the OpenAI front
+        end's); by default Triton's answers."""
         self._routes: list[Route] = []
         self._restricted = restricted or RestrictedApis()
+        self._render_error = render_error
 
     def add(self, pattern: str, category: ApiCategory | None, **methods: Handler) -> None:
         self._routes.append(Route(re.compile(pattern), category, methods))
@@ -68,10 +75,16 @@ class Router:
             if restriction is not None:  # checked first, as Triton's handlers do
                 denial = http_denial(restriction, request.raw_headers)
                 if denial is not None:
+                    if self._render_error is not None:
+                        return self._render_error(403, denial)
                     # Triton's answer: its JSON error, sent as text/plain.
                     return HttpResponse(403, (orjson.dumps({"error": denial}),), b"text/plain")
             handler = route.methods.get(request.method)
             if handler is None:
-                return plain_error(405, "Method Not Allowed")
+                return self._error(405, "Method Not Allowed")
             return await handler(request, RouteMatch(match.groupdict()))
-        return plain_error(404, "Not Found")
+        return self._error(404, "Not Found")
+
+    def _error(self, status: int, message: str) -> HttpResponse:
+        render = self._render_error or plain_error
+        return render(status, message)

@@ -80,9 +80,15 @@ class _BrokenStream:
 
 
 class HttpFrontend:
-    def __init__(self, service: InferenceService) -> None:
+    """A listener serving ``router`` (by default KServe v2 with Triton's extensions; the
+    OpenAI front end hands its own), with the HTTP settings of the server's options."""
+
+    def __init__(
+        self, service: InferenceService, router: Router | None = None, name: str = "HTTPService"
+    ) -> None:
         self._service = service
-        self._router = build_router(service)
+        self._router = router if router is not None else build_router(service)
+        self._name = name  # in the log, as tritonserver names its services
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[HttpProtocol] = set()
 
@@ -103,9 +109,9 @@ class HttpFrontend:
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:  # tritonserver's words
                 raise UnavailableError(f"Socket '{host}:{port}' already in use") from None
-            raise UnavailableError(f"failed to start HTTP service: {exc}") from None
+            raise UnavailableError(f"failed to start {self._name}: {exc}") from None
         bound_port: int = self._server.sockets[0].getsockname()[1]
-        log.info("Started HTTPService at %s:%d", host, bound_port)
+        log.info("Started %s at %s:%d", self._name, host, bound_port)
         return bound_port
 
     async def stop(self, timeout_s: float = 0.0) -> None:
