@@ -150,6 +150,8 @@ class Model:
             self.stats.record_request_failure(
                 request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
             )
+            if not self._scheduler.enqueue_errors_name_request:
+                raise
             raise exc.with_request_id(request.id) from None
         self._in_flight += 1
         if self._release_order is not None:
@@ -176,6 +178,15 @@ class Model:
     def in_flight(self) -> int:
         """Requests accepted and not yet answered (queued or executing)."""
         return self._in_flight
+
+    @property
+    def in_flight_sequences(self) -> int:
+        """Sequences started and not yet ended or released (0 without sequence batching)."""
+        return self._scheduler.active_sequences()
+
+    def stop_accepting(self) -> None:
+        """The server is exiting: refuse new requests (new sequences), finish the rest."""
+        self._scheduler.stop_accepting()
 
     def pending_request_count(self) -> int:
         """Requests queued in the scheduler, not yet handed to an instance."""
