@@ -11,6 +11,7 @@ from types import MappingProxyType
 import uvloop
 
 from pytriton_core.backends.settings import backend_config_notes
+from pytriton_core.cli_extensions import add_extension_arguments, extension_options
 from pytriton_core.cli_restricted import add_restricted_arguments, restricted_options
 from pytriton_core.cli_server_flags import (
     add_server_flag_arguments,
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="<backend>,<key>=<value>",
     )
+    add_extension_arguments(parser)
     # tritonserver's front ends this server does not have, accepted when off: manifests
     # written for tritonserver pass them (KServe ModelMesh's Triton runtime:
     # --allow-sagemaker=false).
@@ -275,6 +277,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_timeout_secs=args.exit_timeout_secs,
         **server_flag_options(args),
         **telemetry_options(args, _bool),
+        **extension_options(args),
         backend_config=MappingProxyType(
             {k: MappingProxyType(v) for k, v in backend_config.items()}
         ),
