@@ -170,7 +170,10 @@ class Model:
         self._admit(request)
         if self.spec.decoupled:
             request.observer = ResponseCounter(self.stats, request.arrival_ns)
-        if self._cache is not None and self._answer_from_cache(request):
+        # A stopped scheduler refuses even what the cache holds (Triton's dynamic batcher
+        # checks its stop before the cache lookup).
+        accepting = self._scheduler.accepting
+        if self._cache is not None and accepting and self._answer_from_cache(request):
             return
         try:
             self._scheduler.enqueue(request)
