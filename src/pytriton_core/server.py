@@ -177,7 +177,9 @@ class ServerRuntime:
         """Stop accepting requests, finish those in flight, finalize every model.
 
         While the requests in flight finish (up to ``--exit-timeout-secs``) the front ends
-        stay up: health answers 503 "Server exiting" and new inference requests are refused.
+        stay up: health answers 503 "Server exiting", new inference requests and new
+        sequences are refused (UNAVAILABLE "Server is stopping, ..."), and the sequences in
+        flight take their next requests until they end (or idle out).
         Then the front ends close, every model is unloaded (``finalize``) and held traces
         are written. Returns False when the exit timeout expired with requests still
         executing (they are abandoned, as Triton abandons them).
@@ -186,6 +188,7 @@ class ServerRuntime:
         if service is None or manager is None or service.exiting:
             return True
         service.exiting = True
+        manager.stop_accepting()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.exit_timeout_secs
         if self._poller is not None:

@@ -1,5 +1,6 @@
 """Graceful shutdown and readiness: SIGTERM/SIGINT finish what is in flight, report
-"Server exiting" meanwhile, finalize every model and exit 0; strict readiness."""
+"Server exiting" and refuse new requests meanwhile, finalize every model and exit 0;
+strict readiness."""
 
 from __future__ import annotations
 
@@ -135,7 +136,12 @@ def test_signal_finishes_every_request_in_flight_and_exits_0(
         exiting = json.dumps({"error": "Server exiting"}, separators=(",", ":")).encode()
         assert get(server.http_url, "/v2/health/ready") == (503, exiting)
         assert get(server.http_url, "/v2/health/live") == (503, exiting)
-        with pytest.raises(httpclient.InferenceServerException, match="Server exiting"):
+        # New requests are refused as Triton's stopped schedulers refuse them.
+        with pytest.raises(
+            httpclient.InferenceServerException,
+            match=r"\[request id: <id_unknown>\] Server is stopping, scheduler for model has "
+            "stopped accepting new inference requests$",
+        ):
             infer_http(server.http_url, -1.0)
         assert scraped(server, "nv_inference_exec_count") == 0  # all still in flight
         gate.touch()

@@ -198,8 +198,20 @@ class ModelManager:
         ]
 
     def in_flight(self) -> int:
-        """Requests accepted by some model and not yet answered."""
-        return sum(m.in_flight for versions in self._models.values() for m in versions.values())
+        """Requests accepted by some model and not yet answered, and sequences started and
+        not yet ended (Triton's in-flight inferences, which the exit waits for)."""
+        return sum(
+            m.in_flight + m.in_flight_sequences
+            for versions in self._models.values()
+            for m in versions.values()
+        )
+
+    def stop_accepting(self) -> None:
+        """The server is exiting: every model refuses new requests (Triton's StopAllModels);
+        sequences in flight still take their next requests."""
+        for versions in self._models.values():
+            for model in versions.values():
+                model.stop_accepting()
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Triton's repository index: the models of the repositories (and those loaded from

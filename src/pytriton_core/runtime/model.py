@@ -186,10 +186,14 @@ class Model:
         self._admit(request)
         if self.spec.decoupled:
             request.observer = ResponseCounter(self.stats, request.arrival_ns)
-        if self._cache is not None and self._answer_from_cache(request):
+        # A stopped scheduler refuses even what the cache holds (Triton's dynamic batcher
+        # checks its stop before the cache lookup).
+        accepting = self._scheduler.accepting
+        if self._cache is not None and accepting and self._answer_from_cache(request):
             return
         if (
             self._inline
+            and accepting  # a stopped scheduler's refusal comes from its enqueue
             and not self._in_flight
             and not self._inlined_this_turn
             and self._backend_model.loop_execution  # a Python model may turn it off
@@ -219,6 +223,8 @@ class Model:
             self.stats.record_request_failure(
                 request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
             )
+            if not self._scheduler.enqueue_errors_name_request:
+                raise
             raise exc.with_request_id(request.id) from None
         self._in_flight += 1
         if self._release_order is not None:
@@ -299,6 +305,15 @@ class Model:
     def in_flight(self) -> int:
         """Requests accepted and not yet answered (queued or executing)."""
         return self._in_flight
+
+    @property
+    def in_flight_sequences(self) -> int:
+        """Sequences started and not yet ended or released (0 without sequence batching)."""
+        return self._scheduler.active_sequences()
+
+    def stop_accepting(self) -> None:
+        """The server is exiting: refuse new requests (new sequences), finish the rest."""
+        self._scheduler.stop_accepting()
 
     def pending_request_count(self) -> int:
         """Requests queued in the scheduler, not yet handed to an instance."""

@@ -24,7 +24,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytriton_core.errors import ServerError, UnsupportedError
+from pytriton_core.errors import ServerError, UnavailableError, UnsupportedError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 
@@ -42,6 +42,11 @@ class Requeued:
 # reschedule that cannot be honoured).
 Retained = Mapping[int, ServerError | Requeued]
 
+# Triton's words for a request a stopped scheduler refuses (Scheduler::Stop at server exit).
+STOPPING_MESSAGE = (
+    "Server is stopping, scheduler for model has stopped accepting new inference requests"
+)
+
 
 def no_reschedule_error(model: str) -> ServerError:
     """The answer to a request a model asked to reschedule where that cannot be done."""
@@ -56,6 +61,26 @@ class Scheduler(abc.ABC):
     # instance at once (no queue delay to wait for batch mates): the model may then run
     # such a request without queueing it (runtime/instance.py, ``execute_inline``).
     dispatches_lone_at_once: bool = False
+    # False once the server is exiting (``stop_accepting``).
+    accepting = True
+    # Triton's dynamic batcher names the request in its enqueue errors; the sequence
+    # batcher does not (the model adds the ``[request id: ...]`` prefix where this is True).
+    enqueue_errors_name_request = True
+
+    def stop_accepting(self) -> None:
+        """The server is exiting (Triton's ``Scheduler::Stop``): refuse new requests from
+        now on with ``STOPPING_MESSAGE``; what was accepted still runs. The sequence
+        batcher refuses only new sequences, so those in flight can finish."""
+        self.accepting = False
+
+    def refuse_if_stopped(self) -> None:
+        if not self.accepting:
+            raise UnavailableError(STOPPING_MESSAGE)
+
+    def active_sequences(self) -> int:
+        """Sequences holding a slot (in flight between their requests); 0 without
+        sequences. The server's exit waits for them as for requests, as Triton does."""
+        return 0
 
     def start(self, instance_count: int) -> None:  # noqa: B027 - optional hook
         """Called once before the instances start pulling, with how many there are."""

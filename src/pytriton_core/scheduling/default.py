@@ -21,6 +21,7 @@ class DefaultScheduler(Scheduler):
         self._lock = threading.Lock()
 
     def enqueue(self, request: InferenceRequest) -> None:
+        self.refuse_if_stopped()
         with self._lock:
             self._waiting.add(request)
         self._queue.put(request)

@@ -114,6 +114,7 @@ class DynamicBatchScheduler(Scheduler):
             self._reaper.start()
 
     def enqueue(self, request: InferenceRequest) -> None:
+        self.refuse_if_stopped()
         levels = len(self._levels)
         level = (
             request.priority

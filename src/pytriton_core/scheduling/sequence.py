@@ -43,7 +43,13 @@ from pytriton_core.inference.request import SEQUENCE_END, SEQUENCE_START, Infere
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
 from pytriton_core.inference.tensor_data import zeros
-from pytriton_core.scheduling.base import Requeued, Retained, Scheduler, no_reschedule_error
+from pytriton_core.scheduling.base import (
+    STOPPING_MESSAGE,
+    Requeued,
+    Retained,
+    Scheduler,
+    no_reschedule_error,
+)
 from pytriton_core.scheduling.dynamic import (
     BatchingSettings,
     RejectRequest,
@@ -88,6 +94,8 @@ def _in_sequence(correlation_id: CorrelationId) -> bool:
 
 
 class SequenceBatchScheduler(Scheduler):
+    enqueue_errors_name_request = False
+
     def __init__(self, spec: ModelSpec, reject: RejectRequest, model_dir: Path | None) -> None:
         sequence = spec.sequence_batching
         if sequence is None:
@@ -161,6 +169,10 @@ class SequenceBatchScheduler(Scheduler):
         if self._reaper is not None:
             self._reaper.join()
 
+    def active_sequences(self) -> int:
+        with self.lock:  # Triton counts the sequences holding a slot (the backlog waits on them)
+            return len(self._slot_of)
+
     def pending_count(self) -> int:
         with self.lock:
             backlogged = sum(len(b.queue) for b in self._backlogs)
@@ -193,11 +205,8 @@ class SequenceBatchScheduler(Scheduler):
             )
         start = bool(request.flags & SEQUENCE_START)
         end = bool(request.flags & SEQUENCE_END)
-        if self.stopping and start:
-            raise UnavailableError(
-                "Server is stopping, scheduler for model has stopped accepting new inference "
-                "requests"
-            )
+        if start and not self.accepting:  # the server is exiting: only sequences in flight
+            raise UnavailableError(STOPPING_MESSAGE)
         slot = self._slot_of.get(correlation_id)
         backlog = self._backlog_of.get(correlation_id)
         if not start and slot is None and backlog is None:

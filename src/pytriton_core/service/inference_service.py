@@ -84,10 +84,12 @@ class InferenceService:
         self.live = False
         self.exiting = False
 
-    def check_accepting(self) -> None:
-        """New inference requests are refused once the server is exiting."""
+    def check_serving(self) -> None:
+        """Triton's refusal of model-level calls (model readiness, the repository) once
+        the server is exiting. Inference goes on: each model's scheduler refuses new
+        requests then but lets sequences in flight finish (``ModelManager.stop_accepting``)."""
         if self.exiting:
-            raise UnavailableError("Server exiting")
+            raise UnavailableError("Server not ready")
 
     # ------------------------------------------------------------- health
 
@@ -105,8 +107,7 @@ class InferenceService:
 
     def is_model_ready(self, name: str, version: str | None) -> bool:
         """False for a model or version that is unknown or not ready, as Triton answers."""
-        if self.exiting:
-            raise UnavailableError("Server exiting")
+        self.check_serving()
         requested = parse_version(version)  # a malformed version string is an error
         try:
             self._manager.get(name, requested)
@@ -167,14 +168,12 @@ class InferenceService:
         ``request.trace`` is set: the caller stamps its own stages on it and calls ``finish``
         once the final response has left.
         """
-        self.check_accepting()
         if request.trace is None:
             request.trace = self._tracer.sample(model.name)
         model.submit(request)
 
     async def infer(self, model: Model, request: InferenceRequest) -> InferenceResponse:
         """Submit a request expecting exactly one response (HTTP /infer, gRPC ModelInfer)."""
-        self.check_accepting()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[InferenceResponse] = loop.create_future()
         responses: list[InferenceResponse] = []
@@ -203,6 +202,7 @@ class InferenceService:
     # ---------------------------------------------------- model repository
 
     def _require_explicit_mode(self) -> None:
+        self.check_serving()
         if self.options.model_control_mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(
                 "explicit model load / unload is not allowed if polling is enabled"
@@ -211,6 +211,7 @@ class InferenceService:
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Every model the repositories hold, with each version's state (or only the
         ready ones)."""
+        self.check_serving()
         return self._manager.index(ready_only)
 
     async def load_model(

@@ -104,7 +104,6 @@ class InferStream:
             request_id = message.id
             decoded = decode_infer_request(self._service, message, raw, unary=False)
             forward_metadata(decoded.request, self._context, self._service.options.grpc)
-            self._service.check_accepting()
             request = decoded.request
             request.trace = self._service.start_trace(decoded.model)
             if request.trace is not None:
