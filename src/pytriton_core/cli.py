@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -18,7 +19,9 @@ from pytriton_core.cli_server_flags import (
     startup_notes,
 )
 from pytriton_core.cli_telemetry import add_telemetry_arguments, telemetry_options
+from pytriton_core.cli_workers import add_worker_arguments, refusals, worker_command
 from pytriton_core.errors import ServerError
+from pytriton_core.logging_settings import LogControl
 from pytriton_core.options import (
     CompressionLevel,
     GrpcOptions,
@@ -28,6 +31,8 @@ from pytriton_core.options import (
     bundled_repository,
 )
 from pytriton_core.server import ServerRuntime
+from pytriton_core.workers.seat import WorkerSeat
+from pytriton_core.workers.supervisor import Supervisor
 
 log = logging.getLogger("pytriton_core")
 
@@ -120,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in ("--allow-sagemaker", "--allow-vertex-ai"):
         add(flag, type=_false_only, default=False, metavar="false")
     add_server_flag_arguments(parser, _bool)
+    add_worker_arguments(parser)
     return parser
 
 
@@ -273,6 +279,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
+        workers=args.workers,
         **server_flag_options(args),
         **telemetry_options(args, _bool),
         backend_config=MappingProxyType(
@@ -282,9 +289,17 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(given)
     options = options_from_args(args)
-    runtime = ServerRuntime(options)
+    for refusal in refusals(options):
+        raise SystemExit(f"error: --workers {options.workers}: {refusal}")
+    if options.workers > 1 and args.worker_board is None:
+        return _supervise(options, given)
+    seat = (
+        None if args.worker_board is None else WorkerSeat.take(args.worker_board, args.worker_index)
+    )
+    runtime = ServerRuntime(options, seat)
     runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
     pool_size = args.grpc_option_infer_allocation_pool_size
     notes = startup_notes(args, pool_size != GrpcOptions().infer_allocation_pool_size)
@@ -296,3 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # As tritonserver reports a server that could not start.
         log.error("error: creating server: %s", exc.status_text.replace(": ", " - ", 1))
         return 1
+
+
+def _supervise(options: ServerOptions, argv: Sequence[str]) -> int:
+    """The parent of ``--workers N``: the workers serve; it watches and restarts them."""
+    LogControl(options.log).install()  # the --log-* settings, as a worker's
+    supervisor = Supervisor(
+        options.workers,
+        lambda index, board: worker_command(argv, index, board),
+        options.exit_timeout_secs,
+    )
+    return supervisor.run()

@@ -20,6 +20,8 @@ from pytriton_core.repository.manager import ModelManager
 from pytriton_core.restricted import open_repository_api_warning
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import TraceManager
+from pytriton_core.workers.board import WorkerState
+from pytriton_core.workers.seat import WorkerSeat
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,10 @@ class ServerRuntime:
     its own for in-process use.
     """
 
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: ServerOptions, seat: WorkerSeat | None = None) -> None:
         self.options = options
+        # One worker of --workers N: its place on the board the workers share.
+        self._seat = seat
         # The server log's settings (the logging extension); ``log_control.install()``
         # routes Python logging through them (the CLI does; an embedding application
         # keeps its own logging).
@@ -61,6 +65,9 @@ class ServerRuntime:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        seat = self._seat
+        if seat is not None:
+            seat.set_state(WorkerState.STARTING)
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
         staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
         manager = self._manager = ModelManager(
@@ -69,6 +76,7 @@ class ServerRuntime:
             loop,
             host_staging=staging,
             custom_metrics=self.metric_registry,
+            **({} if seat is None else {"statistics": seat.statistics_factory()}),
         )
         shared_memory = SharedMemoryManager(
             allow_client=self.options.memory.allow_client_shm, staging=staging
@@ -79,6 +87,7 @@ class ServerRuntime:
             shared_memory,
             tracer=self._tracer,
             log_control=self.log_control,
+            peers_ready=None if seat is None else seat.all_serving,
         )
         warning = open_repository_api_warning(
             self.options.restricted,
@@ -122,8 +131,11 @@ class ServerRuntime:
             self.metrics_port = await self._metrics_endpoint.start(
                 self.options.metrics_address or self.options.http_address,
                 self.options.metrics_port,
+                reuse_port=seat is not None,
             )
         self._service.live = True
+        if seat is not None:
+            seat.set_state(WorkerState.SERVING)
 
     def metrics_text(self) -> str:
         """The Prometheus page, as ``/metrics`` serves it ("" with metrics off)."""
@@ -142,6 +154,8 @@ class ServerRuntime:
         if service is None or manager is None or service.exiting:
             return True
         service.exiting = True
+        if self._seat is not None:
+            self._seat.set_state(WorkerState.DRAINING)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.exit_timeout_secs
         if self._poller is not None:

@@ -9,7 +9,7 @@ log control and the shared-memory registry stay behind these methods.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from google.protobuf.message import Message
@@ -22,6 +22,7 @@ from pytriton_core.errors import (
     InvalidArgumentError,
     ServerError,
     UnavailableError,
+    UnsupportedError,
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -71,8 +72,11 @@ class InferenceService:
         *,
         tracer: TraceManager | None = None,
         log_control: LogControl | None = None,
+        peers_ready: Callable[[], bool] | None = None,
     ) -> None:
         self.options = options
+        # --workers N: whether every other worker is serving too (None: one process).
+        self._peers_ready = peers_ready
         self._manager = manager
         self._tracer = tracer if tracer is not None else TraceManager(options.trace)
         self._log_control = log_control if log_control is not None else LogControl(options.log)
@@ -100,6 +104,8 @@ class InferenceService:
         if self.exiting:
             raise UnavailableError("Server exiting")
         if not self.live:
+            return False
+        if self._peers_ready is not None and not self._peers_ready():
             return False
         return self._manager.is_ready() if self.options.strict_readiness else True
 
@@ -260,6 +266,7 @@ class InferenceService:
         self, model: str | None, changes: Mapping[str, SettingChange]
     ) -> dict[str, list[str] | str]:
         """Apply ``changes`` (None clears a model's own value) and return the settings."""
+        self._refuse_with_workers("changing trace settings")
         self.check_trace_model(model)
         return self._tracer.update(model, changes)
 
@@ -271,6 +278,15 @@ class InferenceService:
             except ServerError:
                 raise InvalidArgumentError(f"Request for unknown model : {name}") from None
 
+    def _refuse_with_workers(self, what: str) -> None:
+        """A setting kept per process is not changed in one worker of several (it would
+        split the server in two); the call fails, naming why."""
+        if self.options.workers > 1:
+            raise UnsupportedError(
+                f"{what} is not available with --workers {self.options.workers}: it would "
+                "apply to one worker process only (start the server with --workers 1)"
+            )
+
     # ---------------------------------------------------------- log settings
 
     def log_settings(self) -> dict[str, Any]:
@@ -278,6 +294,7 @@ class InferenceService:
 
     def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Apply already-validated values (``logging_settings.SETTABLE`` keys)."""
+        self._refuse_with_workers("changing log settings")
         return self._log_control.update(changes).to_json()
 
     # ------------------------------------------------- shared-memory settings
@@ -295,11 +312,13 @@ class InferenceService:
         return self._shared_memory.status(kind, region)
 
     def register_system_shm(self, region: str, key: str, offset: int, byte_size: int) -> None:
+        self._refuse_with_workers("registering a shared-memory region")
         self._shared_memory.register_system(region, key, offset, byte_size)
 
     def register_cuda_shm(
         self, region: str, raw_handle: bytes, device_id: int, byte_size: int
     ) -> None:
+        self._refuse_with_workers("registering a shared-memory region")
         self._shared_memory.register_cuda(region, raw_handle, device_id, byte_size)
 
     def unregister_shm(self, kind: str, region: str | None) -> None:

@@ -1,0 +1,31 @@
+"""A worker's seat on the board: what ``ServerRuntime`` needs to be one of N workers."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytriton_core.inference.statistics import StatisticsFactory
+from pytriton_core.workers.board import WorkerBoard, WorkerState
+from pytriton_core.workers.shared_stats import SharedStatisticsFactory
+
+
+@dataclass(frozen=True)
+class WorkerSeat:
+    board: WorkerBoard
+    index: int
+
+    @classmethod
+    def take(cls, board_path: Path, index: int) -> WorkerSeat:
+        return cls(WorkerBoard.open(board_path), index)
+
+    def statistics_factory(self) -> StatisticsFactory:
+        return SharedStatisticsFactory(self.board, self.index)
+
+    def set_state(self, state: WorkerState) -> None:
+        self.board.slot(self.index).set_state(state, os.getpid())
+
+    def all_serving(self) -> bool:
+        """Ready only when every worker is: each has started and none is draining."""
+        return self.board.all_serving()
