@@ -49,10 +49,10 @@ def refusals(options: ServerOptions) -> list[str]:
     if options.workers <= 1:
         return []
     found = []
-    if options.model_control_mode is not ModelControlMode.NONE:
+    if options.model_control_mode is ModelControlMode.POLL:
         found.append(
-            f"--model-control-mode={options.model_control_mode.value}: model loads, unloads "
-            "and polls are not yet applied to every worker; use --model-control-mode=none"
+            "--model-control-mode=poll: each worker would poll the repositories on its own "
+            "and reload at its own moment; use none or explicit"
         )
     metrics = options.metrics
     for flag, enabled in (

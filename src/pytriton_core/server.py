@@ -21,6 +21,7 @@ from pytriton_core.restricted import open_repository_api_warning
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import TraceManager
 from pytriton_core.workers.board import WorkerState
+from pytriton_core.workers.peers import PeerLink
 from pytriton_core.workers.seat import WorkerSeat
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class ServerRuntime:
         self._tracer: TraceManager | None = None
         self._reporter: MetricsReporter | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
+        self._peers: PeerLink | None = None
         # Custom metrics that models create with pb_utils.MetricFamily: this server's own.
         self.metric_registry = MetricRegistry()
 
@@ -68,6 +70,7 @@ class ServerRuntime:
         seat = self._seat
         if seat is not None:
             seat.set_state(WorkerState.STARTING)
+            self._peers = seat.peer_link()
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
         staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
         manager = self._manager = ModelManager(
@@ -88,7 +91,10 @@ class ServerRuntime:
             tracer=self._tracer,
             log_control=self.log_control,
             peers_ready=None if seat is None else seat.all_serving,
+            peers=self._peers,
         )
+        if self._peers is not None:
+            await self._peers.start(self._service)
         warning = open_repository_api_warning(
             self.options.restricted,
             explicit_mode=self.options.model_control_mode is ModelControlMode.EXPLICIT,
@@ -105,6 +111,9 @@ class ServerRuntime:
                 await manager.unload_all()
                 raise failure
             log.error("%s", failure.status_text)
+        if self._peers is not None and self.options.model_control_mode is ModelControlMode.EXPLICIT:
+            # Started in a dead worker's place: serve what the other workers serve.
+            await self._peers.copy_models_from_a_peer(self._service)
         if self.options.model_control_mode is ModelControlMode.POLL:
             self._poller = asyncio.get_running_loop().create_task(
                 manager.poll_forever(self.options.repository_poll_secs)
@@ -184,6 +193,8 @@ class ServerRuntime:
             await self._reporter.stop()
         log.info("All models are stopped, unloading models")
         await manager.unload_all(max(0.0, deadline - loop.time()))
+        if self._peers is not None:
+            await self._peers.stop()
         if self._tracer is not None:
             self._tracer.close()
         return clean

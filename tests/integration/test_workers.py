@@ -229,3 +229,61 @@ def test_sigterm_drains_every_worker(tmp_path: Path) -> None:
     for pid in pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.fixture(scope="module")
+def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    repository = _write_repository(tmp_path_factory.mktemp("explicit"))
+    with run_pytriton_server(repository, "--workers=2", "--model-control-mode=explicit") as h:
+        yield h
+
+
+def _served_by(url: str, connections: int = 24) -> set[int | str]:
+    """What ``connections`` requests, each on its own connection, got: the pid of the worker
+    that answered, or the error."""
+    answers: set[int | str] = set()
+    for _ in range(connections):
+        try:
+            answers.add(_http_infer(url))
+        except InferenceServerException as exc:
+            answers.add(str(exc.status()))
+    return answers
+
+
+def test_a_model_loaded_or_unloaded_through_one_connection_is_so_for_all(
+    explicit_server: ServerHandle,
+) -> None:
+    url = explicit_server.http_url
+    pids = set(_worker_pids(explicit_server).values())
+    assert _served_by(url, 8) == {"404"}  # not loaded anywhere
+    client = httpclient.InferenceServerClient(url)
+    client.load_model(MODEL)
+    assert _served_by(url) == pids  # every worker serves it, on every connection
+    grpc = grpcclient.InferenceServerClient(explicit_server.grpc_url)
+    grpc.unload_model(MODEL)
+    grpc.close()
+    unloaded = _served_by(url, 12)
+    assert len(unloaded) == 1 and unloaded & {"400", "404"}, unloaded  # no worker serves it
+    for _ in range(8):  # each index request reaches either worker
+        fresh = httpclient.InferenceServerClient(url)
+        (entry,) = fresh.get_model_repository_index()
+        fresh.close()
+        assert entry["name"] == MODEL and entry["state"] == "UNAVAILABLE"
+    client.load_model(MODEL)
+    client.close()
+
+
+def test_a_restarted_worker_serves_the_models_loaded_before(
+    explicit_server: ServerHandle,
+) -> None:
+    url = explicit_server.http_url
+    client = httpclient.InferenceServerClient(url)
+    client.load_model(MODEL)
+    client.close()
+    victim = _worker_pids(explicit_server)[1]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + WAIT_S
+    while _worker_pids(explicit_server)[1] == victim and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _wait_ready(url, True)
+    assert _served_by(url) == set(_worker_pids(explicit_server).values())

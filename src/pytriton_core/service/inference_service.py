@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from pytriton_core import types
@@ -63,6 +64,17 @@ def parse_version(text: str | None) -> int:
     return int(text)
 
 
+class PeerReplication(Protocol):
+    """The other workers of ``--workers N``: a load or unload applied here is applied
+    there before the call returns."""
+
+    async def load(
+        self, name: str, config: str | None, files: Mapping[str, bytes] | None
+    ) -> None: ...
+
+    async def unload(self, name: str, unload_dependents: bool) -> None: ...
+
+
 class InferenceService:
     def __init__(
         self,
@@ -73,10 +85,12 @@ class InferenceService:
         tracer: TraceManager | None = None,
         log_control: LogControl | None = None,
         peers_ready: Callable[[], bool] | None = None,
+        peers: PeerReplication | None = None,
     ) -> None:
         self.options = options
         # --workers N: whether every other worker is serving too (None: one process).
         self._peers_ready = peers_ready
+        self._peers = peers
         self._manager = manager
         self._tracer = tracer if tracer is not None else TraceManager(options.trace)
         self._log_control = log_control if log_control is not None else LogControl(options.log)
@@ -220,15 +234,36 @@ class InferenceService:
         return self._manager.index(ready_only)
 
     async def load_model(
-        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+        self,
+        name: str,
+        config: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        *,
+        replicate: bool = True,
     ) -> None:
-        """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
+        """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config.
+        With ``--workers N`` every other worker loads it too before this returns (unless
+        ``replicate`` is False: the call came from another worker)."""
         self._require_explicit_mode()
         await self._manager.load(name, config, files)
+        if replicate and self._peers is not None:
+            await self._peers.load(name, config, files)
 
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+    async def unload_model(
+        self, name: str, unload_dependents: bool = False, *, replicate: bool = True
+    ) -> None:
         self._require_explicit_mode()
         await self._manager.unload(name, unload_dependents)
+        if replicate and self._peers is not None:
+            await self._peers.unload(name, unload_dependents)
+
+    def ready_model_configs(self) -> dict[str, str]:
+        """Each ready model's config as JSON (its newest ready version's): what a worker
+        started in a dead one's place loads to serve what the others serve."""
+        configs = {}
+        for model in self._manager.all_ready():
+            configs[model.name] = json_format.MessageToJson(model.config)
+        return configs
 
     # --------------------------------------------------------- statistics
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pytriton_core.inference.statistics import StatisticsFactory
 from pytriton_core.workers.board import WorkerBoard, WorkerState
+from pytriton_core.workers.peers import PeerLink
 from pytriton_core.workers.shared_stats import SharedStatisticsFactory
 
 
@@ -19,6 +20,9 @@ class WorkerSeat:
     @classmethod
     def take(cls, board_path: Path, index: int) -> WorkerSeat:
         return cls(WorkerBoard.open(board_path), index)
+
+    def peer_link(self) -> PeerLink:
+        return PeerLink(self.board, self.index)
 
     def statistics_factory(self) -> StatisticsFactory:
         return SharedStatisticsFactory(self.board, self.index)
