@@ -111,9 +111,13 @@ class ServerRuntime:
                 await manager.unload_all()
                 raise failure
             log.error("%s", failure.status_text)
-        if self._peers is not None and self.options.model_control_mode is ModelControlMode.EXPLICIT:
-            # Started in a dead worker's place: serve what the other workers serve.
-            await self._peers.copy_models_from_a_peer(self._service)
+        if self._peers is not None:
+            # Started in a dead worker's place: serve what the other workers serve, with
+            # the settings and regions they have.
+            await self._peers.copy_state_from_a_peer(
+                self._service,
+                explicit_models=self.options.model_control_mode is ModelControlMode.EXPLICIT,
+            )
         if self.options.model_control_mode is ModelControlMode.POLL:
             self._poller = asyncio.get_running_loop().create_task(
                 manager.poll_forever(self.options.repository_poll_secs)

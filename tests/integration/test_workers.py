@@ -162,21 +162,70 @@ def test_statistics_and_metrics_count_every_request(server: ServerHandle) -> Non
         assert _metric(server, "nv_inference_count") == before + 40
 
 
-def test_settings_that_would_split_the_server_are_refused(server: ServerHandle) -> None:
-    client = httpclient.InferenceServerClient(server.http_url)
+def _fresh_http(url: str) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(url)
+
+
+def test_log_and_trace_settings_changed_through_one_worker_hold_for_all(
+    server: ServerHandle,
+) -> None:
+    client = _fresh_http(server.http_url)
+    client.update_log_settings({"log_verbose_level": 2})
+    client.update_trace_settings(settings={"trace_rate": "7"})
+    client.close()
+    for _ in range(12):  # each on a new connection, so both workers answer some
+        reader = _fresh_http(server.http_url)
+        assert reader.get_log_settings()["log_verbose_level"] == 2
+        assert reader.get_trace_settings()["trace_rate"] == "7"
+        reader.close()
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    grpc.update_log_settings({"log_verbose_level": 0})
+    grpc.close()
+    for _ in range(8):
+        reader = _fresh_http(server.http_url)
+        assert reader.get_log_settings()["log_verbose_level"] == 0
+        reader.close()
+
+
+def test_a_region_registered_on_one_connection_serves_requests_on_all(
+    server: ServerHandle,
+) -> None:
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/workers_test_{os.getpid()}"
+    handle = shm.create_shared_memory_region("workers_in", key, 4)
     try:
-        with pytest.raises(InferenceServerException, match="--workers 2"):
-            client.update_log_settings({"log_verbose_level": 1})
-        with pytest.raises(InferenceServerException, match="--workers 2"):
-            client.register_system_shared_memory("region", "/no_such_key", 64)
-    finally:
+        shm.set_shared_memory_region(handle, [np.array([0.0], dtype=np.float32)])
+        client = _fresh_http(server.http_url)
+        client.register_system_shared_memory("workers_in", key, 4)
         client.close()
+        pids = set()
+        for _ in range(24):
+            other = _fresh_http(server.http_url)
+            assert [r["name"] for r in other.get_system_shared_memory_status()] == ["workers_in"]
+            data = httpclient.InferInput("DELAY_S", [1], "FP32")
+            data.set_shared_memory("workers_in", 4)
+            pids.add(int(other.infer(MODEL, [data]).as_numpy("PID")[0]))
+            other.close()
+        assert pids == set(_worker_pids(server).values())
+        client = _fresh_http(server.http_url)
+        client.unregister_system_shared_memory("workers_in")
+        client.close()
+        for _ in range(8):
+            other = _fresh_http(server.http_url)
+            assert other.get_system_shared_memory_status() == []
+            other.close()
+    finally:
+        shm.destroy_shared_memory_region(handle)
 
 
 def test_a_killed_worker_loses_only_its_requests_and_comes_back(server: ServerHandle) -> None:
     pids = _worker_pids(server)
     victim = pids[0]
     counted = _success_count(server.http_url)
+    setter = _fresh_http(server.http_url)
+    setter.update_trace_settings(settings={"trace_rate": "9"})
+    setter.close()
     # Slow requests on their own connections: those the victim runs are lost with it,
     # the others complete.
     results: list[int | str] = []
@@ -210,6 +259,10 @@ def test_a_killed_worker_loses_only_its_requests_and_comes_back(server: ServerHa
     served = {_http_infer(server.http_url) for _ in range(24)}
     assert served == set(_worker_pids(server).values())
     assert all(isinstance(r, str) for r in lost)
+    for _ in range(12):  # the new worker took the others' settings
+        reader = _fresh_http(server.http_url)
+        assert reader.get_trace_settings()["trace_rate"] == "9"
+        reader.close()
 
 
 def test_sigterm_drains_every_worker(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ log control and the shared-memory registry stay behind these methods.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from google.protobuf import json_format
@@ -23,7 +23,6 @@ from pytriton_core.errors import (
     InvalidArgumentError,
     ServerError,
     UnavailableError,
-    UnsupportedError,
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -73,6 +72,10 @@ class PeerReplication(Protocol):
     ) -> None: ...
 
     async def unload(self, name: str, unload_dependents: bool) -> None: ...
+
+    def replay(self, method: str, args: Sequence[Any]) -> None:
+        """Call ``method(*args, replicate=False)`` of every other worker's service, and
+        wait for them."""
 
 
 class InferenceService:
@@ -298,12 +301,18 @@ class InferenceService:
         return self._tracer.settings(model)
 
     def update_trace_settings(
-        self, model: str | None, changes: Mapping[str, SettingChange]
+        self,
+        model: str | None,
+        changes: Mapping[str, SettingChange],
+        *,
+        replicate: bool = True,
     ) -> dict[str, list[str] | str]:
         """Apply ``changes`` (None clears a model's own value) and return the settings."""
-        self._refuse_with_workers("changing trace settings")
         self.check_trace_model(model)
-        return self._tracer.update(model, changes)
+        settings = self._tracer.update(model, changes)
+        if replicate:
+            self._replay("update_trace_settings", model, dict(changes))
+        return settings
 
     def check_trace_model(self, name: str | None) -> None:
         """Model-scoped trace settings need the model loaded (Triton's error otherwise)."""
@@ -313,24 +322,25 @@ class InferenceService:
             except ServerError:
                 raise InvalidArgumentError(f"Request for unknown model : {name}") from None
 
-    def _refuse_with_workers(self, what: str) -> None:
-        """A setting kept per process is not changed in one worker of several (it would
-        split the server in two); the call fails, naming why."""
-        if self.options.workers > 1:
-            raise UnsupportedError(
-                f"{what} is not available with --workers {self.options.workers}: it would "
-                "apply to one worker process only (start the server with --workers 1)"
-            )
+    def _replay(self, method: str, *args: Any) -> None:
+        """A per-process setting changed here: the same change in every other worker of
+        ``--workers N`` before the call returns."""
+        if self._peers is not None:
+            self._peers.replay(method, args)
 
     # ---------------------------------------------------------- log settings
 
     def log_settings(self) -> dict[str, Any]:
         return self._log_control.settings.to_json()
 
-    def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+    def update_log_settings(
+        self, changes: dict[str, Any], *, replicate: bool = True
+    ) -> dict[str, Any]:
         """Apply already-validated values (``logging_settings.SETTABLE`` keys)."""
-        self._refuse_with_workers("changing log settings")
-        return self._log_control.update(changes).to_json()
+        settings = self._log_control.update(changes).to_json()
+        if replicate:
+            self._replay("update_log_settings", changes)
+        return settings
 
     # ------------------------------------------------- shared-memory settings
 
@@ -346,19 +356,45 @@ class InferenceService:
         """The ``kind`` ("system" or "cuda") regions, or just ``region``."""
         return self._shared_memory.status(kind, region)
 
-    def register_system_shm(self, region: str, key: str, offset: int, byte_size: int) -> None:
-        self._refuse_with_workers("registering a shared-memory region")
+    # A region registered through one worker of --workers N is registered in every worker
+    # (each maps it), so requests through any of them can use it, and each lists it once.
+    def register_system_shm(
+        self, region: str, key: str, offset: int, byte_size: int, *, replicate: bool = True
+    ) -> None:
         self._shared_memory.register_system(region, key, offset, byte_size)
+        if replicate:
+            self._replay_or_undo(
+                "register_system_shm", ("system", region), region, key, offset, byte_size
+            )
 
     def register_cuda_shm(
-        self, region: str, raw_handle: bytes, device_id: int, byte_size: int
+        self,
+        region: str,
+        raw_handle: bytes,
+        device_id: int,
+        byte_size: int,
+        *,
+        replicate: bool = True,
     ) -> None:
-        self._refuse_with_workers("registering a shared-memory region")
         self._shared_memory.register_cuda(region, raw_handle, device_id, byte_size)
+        if replicate:
+            self._replay_or_undo(
+                "register_cuda_shm", ("cuda", region), region, raw_handle, device_id, byte_size
+            )
 
-    def unregister_shm(self, kind: str, region: str | None) -> None:
+    def _replay_or_undo(self, method: str, registered: tuple[str, str], *args: Any) -> None:
+        """A registration the other workers refuse is not kept here either."""
+        try:
+            self._replay(method, *args)
+        except ServerError:
+            self._shared_memory.unregister(*registered)
+            raise
+
+    def unregister_shm(self, kind: str, region: str | None, *, replicate: bool = True) -> None:
         """Forget one region of ``kind`` or, with no name, all of them."""
         self._shared_memory.unregister(kind, region)
+        if replicate:
+            self._replay("unregister_shm", kind, region)
 
     # ------------------------------------------ shared memory of one request
 
