@@ -149,6 +149,7 @@ class ServerRuntime:
         self._service.live = True
         if seat is not None:
             seat.set_state(WorkerState.SERVING)
+            seat.watch_parent(loop)
 
     def metrics_text(self) -> str:
         """The Prometheus page, as ``/metrics`` serves it ("" with metrics off)."""

@@ -340,3 +340,21 @@ def test_a_restarted_worker_serves_the_models_loaded_before(
         time.sleep(0.05)
     _wait_ready(url, True)
     assert _served_by(url) == set(_worker_pids(explicit_server).values())
+
+
+def test_workers_of_a_killed_parent_stop(tmp_path: Path) -> None:
+    repository = _write_repository(tmp_path / "repository")
+    with run_pytriton_server(repository, "--workers=2", check_exit=False) as handle:
+        pids = _worker_pids(handle)
+        handle.process.kill()  # the parent cannot drain them: they see it gone
+        handle.process.wait(WAIT_S)
+        deadline = time.monotonic() + WAIT_S
+        alive = set(pids.values())
+        while alive and time.monotonic() < deadline:
+            for pid in list(alive):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    alive.discard(pid)
+            time.sleep(0.1)
+        assert not alive, handle.log()

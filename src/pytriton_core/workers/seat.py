@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from dataclasses import dataclass
+import signal
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytriton_core.inference.statistics import StatisticsFactory
@@ -16,10 +18,19 @@ from pytriton_core.workers.shared_stats import SharedStatisticsFactory
 class WorkerSeat:
     board: WorkerBoard
     index: int
+    parent_pid: int = field(default_factory=os.getppid)
 
     @classmethod
     def take(cls, board_path: Path, index: int) -> WorkerSeat:
         return cls(WorkerBoard.open(board_path), index)
+
+    def watch_parent(self, loop: asyncio.AbstractEventLoop, every_s: float = 1.0) -> None:
+        """A worker whose parent died (SIGKILL: it could not drain its workers) drains
+        itself, as on SIGTERM, instead of serving on without a supervisor."""
+        if os.getppid() != self.parent_pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        loop.call_later(every_s, self.watch_parent, loop, every_s)
 
     def peer_link(self) -> PeerLink:
         return PeerLink(self.board, self.index)
