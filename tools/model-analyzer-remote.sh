@@ -4,6 +4,8 @@
 # it is a script, not a test.
 #
 #   tools/model-analyzer-remote.sh [MODEL]      (default: identity_fp32 of the bundled examples)
+#   MA_QUICK=1 tools/model-analyzer-remote.sh   one config (the model's own) at concurrency 1,
+#                                               then checks the reports: what CI runs
 #
 # Model Analyzer goes into its own venv, outside the project's (its tritonclient pin differs):
 # $MA_VENV, default ~/.cache/pytriton-model-analyzer. It needs perf_analyzer: $PERF_ANALYZER,
@@ -22,8 +24,11 @@ OUT=${OUT:-$(mktemp -d -t model-analyzer-XXXXXX)}
 
 [ -x "$PERF_ANALYZER" ] || { echo "no perf_analyzer at $PERF_ANALYZER (tools/install-perf-analyzer.sh)" >&2; exit 2; }
 if [ ! -x "$MA_VENV/bin/model-analyzer" ]; then
-  python3 -m venv "$MA_VENV"
-  "$MA_VENV/bin/pip" install -q triton-model-analyzer
+  { python3 -m venv "$MA_VENV" && "$MA_VENV/bin/pip" install -q triton-model-analyzer; } || {
+    echo "could not install triton-model-analyzer into $MA_VENV" >&2
+    rm -rf "$MA_VENV"
+    exit 3
+  }
 fi
 
 mkdir -p "$OUT/repository" "$OUT/export"
@@ -49,18 +54,27 @@ except OSError:
   sleep 0.2
 done
 
+if [ "${MA_QUICK:-0}" = 1 ]; then
+  SEARCH="run_config_search_disable: true"
+  PARAMETERS="    parameters:
+      concurrency: [1]"
+else
+  SEARCH="run_config_search_max_concurrency: 2
+run_config_search_max_instance_count: 2
+run_config_search_max_model_batch_size: 2"
+  PARAMETERS=""
+fi
 cat >"$OUT/config.yaml" <<EOF
 model_repository: $OUT/repository
 triton_launch_mode: remote
 client_protocol: grpc
 collect_cpu_metrics: true
-run_config_search_max_concurrency: 2
-run_config_search_max_instance_count: 2
-run_config_search_max_model_batch_size: 2
+$SEARCH
 override_output_model_repository: true
 profile_models:
   $MODEL:
     cpu_only: true
+$PARAMETERS
     perf_analyzer_flags:
       shape: INPUT0:16
 EOF
@@ -71,3 +85,18 @@ PATH="$(dirname "$PERF_ANALYZER"):$PATH" "$MA_VENV/bin/model-analyzer" profile -
   --output-model-repository-path "$OUT/output-models" --checkpoint-directory "$OUT/checkpoints" \
   --export-path "$OUT/export" --perf-analyzer-path "$PERF_ANALYZER" | tee "$OUT/model-analyzer.log"
 echo "Model Analyzer's reports and logs: $OUT"
+
+if [ "${MA_QUICK:-0}" = 1 ]; then
+  # The reports a profile writes: the summary, the detailed report of the config, and the
+  # measurements, with a row for the model's config.
+  for report in "reports/summaries/$MODEL/result_summary.html" \
+    "reports/detailed/${MODEL}_config_default/detailed_report.html" \
+    "results/metrics-model-inference.csv"; do
+    [ -s "$OUT/export/$report" ] || { echo "Model Analyzer wrote no $report" >&2; exit 1; }
+  done
+  grep -q "^$MODEL,.*${MODEL}_config_default" "$OUT/export/results/metrics-model-inference.csv" || {
+    echo "Model Analyzer measured nothing for $MODEL" >&2
+    exit 1
+  }
+  echo "Model Analyzer's reports for $MODEL: written"
+fi

@@ -42,5 +42,33 @@ if [ $# -eq 0 ]; then
   fi
 fi
 
+# Model Analyzer's profile (remote mode) against this server, one config: a few minutes, so a
+# script rather than a test (docs/model-management.md); it runs before pytest so that pytest's
+# summary stays the last line. It needs perf_analyzer and installs Model Analyzer into a venv
+# of its own (exit 3 when that install fails: a warning, as for the other reference tools);
+# PYTRITON_SKIP_MODEL_ANALYZER=1 leaves it out.
+status=0
+if [ $# -eq 0 ] && [ "${PYTRITON_SKIP_MODEL_ANALYZER:-0}" != 1 ]; then
+  PA=${PERF_ANALYZER:-.cache/perf-analyzer/bin/perf_analyzer}
+  MA_LOG=${TMPDIR:-/tmp}/pytriton-model-analyzer.log
+  if [ -x "$PA" ]; then
+    ma_status=0
+    MA_QUICK=1 PERF_ANALYZER=$PA PYTHON="$VENV/bin/python" tools/model-analyzer-remote.sh \
+      >"$MA_LOG" 2>&1 || ma_status=$?
+    if [ $ma_status -eq 0 ]; then
+      grep -h "Model Analyzer's reports for" "$MA_LOG" || true
+    elif [ $ma_status -eq 3 ]; then
+      echo "warning: Model Analyzer could not be installed; its profile is skipped" >&2
+    else
+      echo "Model Analyzer's profile failed (its log: $MA_LOG):" >&2
+      tail -30 "$MA_LOG" >&2
+      status=1
+    fi
+  else
+    echo "warning: no perf_analyzer: Model Analyzer's profile is skipped" >&2
+  fi
+fi
+
 # The src layout keeps the tests on the installed package, compiled extensions included.
-exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
+"$VENV/bin/python" -m pytest -p no:cacheprovider "$@" || exit $?
+exit $status

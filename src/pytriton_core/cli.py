@@ -12,6 +12,7 @@ from types import MappingProxyType
 import uvloop
 
 from pytriton_core.backends.settings import backend_config_notes
+from pytriton_core.cli_extensions import add_extension_arguments, extension_options
 from pytriton_core.cli_restricted import add_restricted_arguments, restricted_options
 from pytriton_core.cli_server_flags import (
     add_server_flag_arguments,
@@ -19,7 +20,12 @@ from pytriton_core.cli_server_flags import (
     startup_notes,
 )
 from pytriton_core.cli_telemetry import add_telemetry_arguments, telemetry_options
-from pytriton_core.cli_workers import add_worker_arguments, refusals, worker_command
+from pytriton_core.cli_workers import (
+    add_worker_arguments,
+    refusals,
+    without_unshared_defaults,
+    worker_command,
+)
 from pytriton_core.errors import ServerError
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.options import (
@@ -119,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="<backend>,<key>=<value>",
     )
+    add_extension_arguments(parser)
     # tritonserver's front ends this server does not have, accepted when off: manifests
     # written for tritonserver pass them (KServe ModelMesh's Triton runtime:
     # --allow-sagemaker=false).
@@ -282,6 +289,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         workers=args.workers,
         **server_flag_options(args),
         **telemetry_options(args, _bool),
+        **extension_options(args),
         backend_config=MappingProxyType(
             {k: MappingProxyType(v) for k, v in backend_config.items()}
         ),
@@ -291,7 +299,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(given)
-    options = options_from_args(args)
+    options, worker_notes = without_unshared_defaults(options_from_args(args), args.metrics_config)
     for refusal in refusals(options):
         raise SystemExit(f"error: --workers {options.workers}: {refusal}")
     if options.workers > 1 and args.worker_board is None:
@@ -303,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
     pool_size = args.grpc_option_infer_allocation_pool_size
     notes = startup_notes(args, pool_size != GrpcOptions().infer_allocation_pool_size)
-    for note in (*notes, *backend_config_notes(options.backend_config)):
+    for note in (*notes, *worker_notes, *backend_config_notes(options.backend_config)):
         log.info("%s", note)
     try:
         return uvloop.run(runtime.run_until_signalled())

@@ -51,16 +51,6 @@ NOTED_FLAGS: dict[str, _Noted] = {
         "tensor copies run on the thread of the model instance that needs them. There is no "
         "buffer-manager thread pool.",
     ),
-    "--backend-directory": _Noted(
-        "PATH",
-        "backends are Python modules of this package (pytriton_core.backends), not shared "
-        "libraries: the folder is not searched.",
-    ),
-    "--repoagent-directory": _Noted(
-        "PATH",
-        "repository agents are shared libraries of the C++ server: the folder is not "
-        "searched, and a model config naming an agent fails to load.",
-    ),
     "--cuda-virtual-address-size": _Noted(
         "<GPU device id>:<byte size>",
         "it bounds the growable CUDA memory of implicit sequence state, which this server "
@@ -102,19 +92,6 @@ class _Refused:
 
 
 _REFUSED: dict[str, _Refused] = {
-    "--rate-limit": _Refused(
-        "this server has no rate limiter yet (only --rate-limit=off is accepted)", "off"
-    ),
-    "--rate-limit-resource": _Refused(
-        "this server has no rate limiter yet, so no rate-limiter resources"
-    ),
-    "--cache-config": _Refused("this server has no response cache yet"),
-    "--cache-directory": _Refused(
-        "this server has no response cache yet, so no cache implementations to look for"
-    ),
-    "--response-cache-byte-size": _Refused(
-        "this server has no response cache yet (only 0 is accepted)", "0"
-    ),
     "--host-policy": _Refused(
         "this server has no host policies yet: model instances are not pinned to NUMA nodes "
         "or CPU cores"

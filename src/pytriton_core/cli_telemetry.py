@@ -10,12 +10,16 @@ from types import MappingProxyType
 from typing import Any
 
 from pytriton_core.options import (
+    DEFAULT_DURATION_BUCKETS_US,
     LogFormat,
     LogOptions,
     MetricsOptions,
     TraceMode,
     TraceOptions,
 )
+
+# The histogram families whose buckets --metrics-config sets (<family>=<bound>,...).
+HISTOGRAM_FAMILIES = ("nv_inference_first_response_histogram_ms", *DEFAULT_DURATION_BUCKETS_US)
 
 
 def add_telemetry_arguments(
@@ -50,7 +54,7 @@ def add_telemetry_arguments(
         default=[],
         metavar="<key>=<value>",
         help="counter_latencies, summary_latencies, summary_quantiles=<q>:<error>,..., "
-        "histogram_latencies (repeatable)",
+        "histogram_latencies, <histogram family>=<bound>,... (repeatable)",
     )
     logs = LogOptions()
     add(
@@ -147,9 +151,26 @@ def metrics_options(args: argparse.Namespace, parse_bool: Callable[[str], bool])
                 raise SystemExit(f"error: --metrics-config {key}: {exc}") from None
         elif key == "summary_quantiles":
             settings[key] = _quantiles(value)
+        elif key in HISTOGRAM_FAMILIES:
+            buckets = dict(settings.get("histogram_buckets", {}))
+            buckets[key] = _buckets(key, value)
+            settings["histogram_buckets"] = MappingProxyType(buckets)
         else:
             raise SystemExit(f"error: --metrics-config: unknown key '{key}'")
     return MetricsOptions(**settings)
+
+
+def _buckets(family: str, text: str) -> tuple[float, ...]:
+    try:
+        bounds = tuple(float(item) for item in text.split(","))
+    except ValueError:
+        bounds = ()
+    if not bounds or any(b != b for b in bounds) or list(bounds) != sorted(set(bounds)):
+        raise SystemExit(
+            f"error: --metrics-config {family} expects increasing bucket bounds "
+            f"<bound>,<bound>,..., got '{text}'"
+        )
+    return bounds
 
 
 def _quantiles(text: str) -> tuple[tuple[float, float], ...]:

@@ -8,6 +8,7 @@ ports shared (``--reuse-http-port``, ``--reuse-grpc-port``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,23 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     add("--worker-board", type=Path, default=None, help=argparse.SUPPRESS)
+
+
+def without_unshared_defaults(
+    options: ServerOptions, metrics_config: Sequence[str]
+) -> tuple[ServerOptions, list[str]]:
+    """With N > 1, the latency histograms (on by default here, off in Triton) are turned
+    off unless ``--metrics-config histogram_latencies=true`` asks for them (which
+    ``refusals`` then refuses): their buckets are not yet summed over workers."""
+    given = any(item.startswith("histogram_latencies=") for item in metrics_config)
+    if options.workers <= 1 or given or not options.metrics.histogram_latencies:
+        return options, []
+    metrics = dataclasses.replace(options.metrics, histogram_latencies=False)
+    note = (
+        f"--workers {options.workers}: the latency histograms are off (their buckets are not "
+        "yet summed over workers; Triton's default is off too)"
+    )
+    return dataclasses.replace(options, metrics=metrics), [note]
 
 
 def refusals(options: ServerOptions) -> list[str]:

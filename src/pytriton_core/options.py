@@ -77,6 +77,16 @@ DEFAULT_SUMMARY_QUANTILES: tuple[tuple[float, float], ...] = (
 )
 # Default buckets (ms) of ``nv_inference_first_response_histogram_ms``.
 DEFAULT_FIRST_RESPONSE_BUCKETS_MS: tuple[float, ...] = (100.0, 500.0, 2000.0, 5000.0)
+# Default buckets (µs) of the latency histograms, Triton's (core's metric_model_reporter.h).
+DEFAULT_DURATION_BUCKETS_US: Mapping[str, tuple[float, ...]] = MappingProxyType(
+    {
+        "nv_inference_request_duration_histogram_us": (1000, 5000, 25000, 50000, 100000),
+        "nv_inference_queue_duration_histogram_us": (100, 1000, 5000, 10000, 50000),
+        "nv_inference_compute_input_duration_histogram_us": (100, 500, 1000, 5000, 10000),
+        "nv_inference_compute_infer_duration_histogram_us": (1000, 5000, 25000, 50000, 100000),
+        "nv_inference_compute_output_duration_histogram_us": (100, 500, 1000, 5000, 10000),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +99,14 @@ class MetricsOptions:
     counter_latencies: bool = True  # the *_duration_us counters
     summary_latencies: bool = False  # the *_summary_us summaries
     summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_SUMMARY_QUANTILES
-    histogram_latencies: bool = False  # nv_inference_first_response_histogram_ms
+    # The latency histograms (request, queue, compute) and the first-response histogram.
+    # On by default here (Triton's default is off): histograms aggregate across replicas.
+    histogram_latencies: bool = True
+    # --metrics-config <histogram family>=<bound>,...: the server's own bucket bounds for a
+    # histogram family (a model's model_metrics still overrides them for that model).
+    histogram_buckets: Mapping[str, tuple[float, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 class LogFormat(enum.Enum):
@@ -143,6 +160,42 @@ class MemoryOptions:
     cuda_memory_pool_byte_size: Mapping[int, int] = field(
         default_factory=lambda: MappingProxyType({})
     )
+
+
+class RateLimitMode(enum.Enum):
+    OFF = "off"
+    EXECUTION_COUNT = "execution_count"
+
+
+@dataclass(frozen=True)
+class RateLimitResource:
+    """``--rate-limit-resource=<name>:<count>[:<device>]``; device None: every device."""
+
+    name: str
+    count: int
+    device: int | None = None
+
+
+@dataclass(frozen=True)
+class RateLimiterOptions:
+    """``--rate-limit`` and ``--rate-limit-resource``."""
+
+    mode: RateLimitMode = RateLimitMode.OFF
+    resources: tuple[RateLimitResource, ...] = ()
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """``--cache-config <cache>,<key>=<value>`` (or the deprecated
+    ``--response-cache-byte-size``) and ``--cache-directory``. ``name`` None: no cache."""
+
+    name: str | None = None  # "local"; a plug-in cache's name otherwise
+    settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    directory: Path | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.name is not None
 
 
 # --- --http-restricted-api / --grpc-restricted-protocol (parsed and checked in restricted.py)
@@ -244,6 +297,12 @@ class ServerOptions:
     trace: TraceOptions = field(default_factory=TraceOptions)
     # backend name ("" for global keys) -> key -> value, from --backend-config
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=_empty_backend_config)
+    cache: CacheOptions = field(default_factory=CacheOptions)
+    rate_limiter: RateLimiterOptions = field(default_factory=RateLimiterOptions)
+    # --backend-directory: a folder of backend plug-ins (one folder per backend name)
+    backend_directory: Path | None = None
+    # --repoagent-directory: a folder of repository agent plug-ins (one per agent name)
+    repoagent_directory: Path | None = None
 
     def backend_settings(self, backend: str) -> Mapping[str, str]:
         return self.backend_config.get(backend, MappingProxyType({}))

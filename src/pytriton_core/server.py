@@ -11,13 +11,16 @@ from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.errors import InternalError
 from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
+from pytriton_core.inference.response_cache import ResponseCache
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.metrics import MetricsEndpoint, MetricsReporter
-from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.options import ModelControlMode, RateLimitMode, ServerOptions
 from pytriton_core.repository.manager import ModelManager
 from pytriton_core.restricted import open_repository_api_warning
+from pytriton_core.runtime.services import ServerServices
+from pytriton_core.scheduling.rate_limiter import RateLimiter
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import TraceManager
 from pytriton_core.workers.board import WorkerState
@@ -27,6 +30,34 @@ from pytriton_core.workers.seat import WorkerSeat
 log = logging.getLogger(__name__)
 
 _EXIT_TIMEOUT = "Internal - Exit timeout expired. Exiting immediately."
+
+
+def server_services(options: ServerOptions) -> ServerServices:
+    """The response cache and the rate limiter the options ask for."""
+    cache = options.cache
+    limiter = options.rate_limiter
+    response_cache = None
+    if cache.name is not None:
+        response_cache = ResponseCache.from_settings(cache.name, cache.settings)
+        log.info("Response Cache is created with size %d bytes", response_cache.capacity_bytes)
+    for flag, folder in (
+        ("--backend-directory", options.backend_directory),
+        ("--repoagent-directory", options.repoagent_directory),
+    ):
+        if folder is not None and not folder.is_dir():
+            log.warning("%s=%s: not a folder, so no plug-ins are found there", flag, folder)
+    if cache.directory is not None:
+        log.info(
+            "--cache-directory=%s: the local cache is built into this server; the folder "
+            "is not searched",
+            cache.directory,
+        )
+    return ServerServices(
+        response_cache=response_cache,
+        rate_limiter=RateLimiter(limiter.resources)
+        if limiter.mode is RateLimitMode.EXECUTION_COUNT
+        else None,
+    )
 
 
 class ServerRuntime:
@@ -58,6 +89,7 @@ class ServerRuntime:
         self._peers: PeerLink | None = None
         # Custom metrics that models create with pb_utils.MetricFamily: this server's own.
         self.metric_registry = MetricRegistry()
+        self.services = ServerServices()
 
     @property
     def service(self) -> InferenceService:
@@ -73,12 +105,14 @@ class ServerRuntime:
             self._peers = seat.peer_link()
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
         staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
+        self.services = server_services(self.options)
         manager = self._manager = ModelManager(
             self.options,
-            BackendRegistry(),
+            BackendRegistry(self.options.backend_directory),
             loop,
             host_staging=staging,
             custom_metrics=self.metric_registry,
+            services=self.services,
             **({} if seat is None else {"statistics": seat.statistics_factory()}),
         )
         shared_memory = SharedMemoryManager(
@@ -138,6 +172,7 @@ class ServerRuntime:
                 manager.loaded,
                 self.metric_registry,
                 pinned_pool=staging.stats,
+                response_cache=self.services.response_cache,
             )
             await self._reporter.start()
             self._metrics_endpoint = MetricsEndpoint(self._reporter)

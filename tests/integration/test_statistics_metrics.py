@@ -261,9 +261,17 @@ def test_metric_families_have_tritons_names_types_help_and_labels(server: Server
         (m, r) for m in ("plain", "batched", "custom_metrics", "raise_error") for r in REASONS
     }
     assert families["nv_inference_pending_request_count"].type == "gauge"
-    # Off by default: summaries and the first-response histogram.
+    # Off by default: summaries. On by default (unlike Triton): the latency histograms.
     assert "nv_inference_request_summary_us" not in families
-    assert "nv_inference_first_response_histogram_ms" not in families
+    for family in (
+        "nv_inference_first_response_histogram_ms",
+        "nv_inference_request_duration_histogram_us",
+        "nv_inference_queue_duration_histogram_us",
+        "nv_inference_compute_input_duration_histogram_us",
+        "nv_inference_compute_infer_duration_histogram_us",
+        "nv_inference_compute_output_duration_histogram_us",
+    ):
+        assert families[family].type == "histogram", family
 
 
 def test_cpu_and_staging_pool_metrics(server: ServerHandle) -> None:

@@ -119,11 +119,6 @@ def test_bad_values_are_argument_errors(argv: list[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["--rate-limit=execution_count"], "no rate limiter yet"),
-        (["--rate-limit-resource=R1:10"], "no rate limiter yet"),
-        (["--cache-config=local,size=1048576"], "no response cache yet"),
-        (["--cache-directory=/opt/tritonserver/caches"], "no response cache yet"),
-        (["--response-cache-byte-size=1024"], "no response cache yet"),
         (["--host-policy=gpu_0,numa-node=0"], "no host policies yet"),
     ],
 )

@@ -663,6 +663,11 @@ IO = 'input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
             "Response Cache does not currently support model m with sequence batching scheduler",
         ),
         (
+            IO + "model_transaction_policy { decoupled: true } response_cache { enable: true }",
+            "Response Cache does not currently support model m with 'decoupled' transaction "
+            "policy. Please disable the response cache.",
+        ),
+        (
             'platform: "onnxruntime_onnx"\n' + IO,
             "model 'm': backend 'python' requires an empty platform, got 'onnxruntime_onnx'",
         ),

@@ -242,16 +242,6 @@ def test_initial_state_errors(tmp_path: Path, initial: str, message: str) -> Non
 
 # A config that sets each row of UNSUPPORTED_FIELDS (and the backend line it needs).
 SETS_FIELD: dict[str, tuple[str, str]] = {
-    "response_cache": ("response_cache { enable: true }", ""),
-    "instance_group.rate_limiter": (
-        'instance_group [ { kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 1 } ] '
-        "} } ]",
-        "",
-    ),
-    "model_repository_agents": (
-        'model_repository_agents { agents [ { name: "checksum" } ] }',
-        "",
-    ),
     "instance_group.passive": ("instance_group [ { kind: KIND_CPU passive: true } ]", ""),
     "instance_group.host_policy": (
         'instance_group [ { kind: KIND_CPU host_policy: "numa0" } ]',
@@ -279,7 +269,7 @@ SETS_FIELD: dict[str, tuple[str, str]] = {
         'input [ { name: "NL" data_type: TYPE_FP32 dims: [ 1 ] is_non_linear_format_io: true } ]',
         "",
     ),
-    "runtime": ('runtime: "model.py"', ""),
+    "runtime": ('runtime: "libtriton_other.so"', ""),
     "sequence_batching.state": (
         'sequence_batching { state [ { input_name: "S" output_name: "S_OUT" '
         "data_type: TYPE_INT32 dims: [ 1 ] } ] }",
@@ -319,6 +309,26 @@ def test_unsupported_fields_are_named(
         with pytest.raises(ModelConfigError) as caught:
             validate_config(config)
         assert str(caught.value) == expected + entry.why
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "response_cache { enable: true }",
+        'instance_group [ { kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 2 } ] '
+        "priority: 3 } } ]",
+        'model_repository_agents { agents [ { name: "checksum" '
+        'parameters { key: "MD5:1/model.py" value: "d41d8cd98f00b204e9800998ecf8427e" } } ] }',
+        'runtime: "model.py"',  # a Python-based backend's (docs/backend-plugins.md)
+        'runtime: "libtriton_python.so"',
+    ],
+)
+def test_implemented_fields_once_listed_load(
+    text: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        _load(text, tmp_path)
+    assert not [r for r in caplog.records if "does not support it" in r.getMessage()]
 
 
 def test_a_plain_config_sets_none_of_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -190,6 +190,7 @@ class _FakeModel:
     def __init__(self, name: str, version: int) -> None:
         self.name, self.version = name, version
         self.stats = ModelStatistics()
+        self.cache_enabled = False
 
     def pending_request_count(self) -> int:
         return 2

@@ -22,7 +22,7 @@ from typing import Protocol
 from google.protobuf.message import Message
 
 from pytriton_core.backends.custom_metrics import MetricRegistry
-from pytriton_core.config.spec import ModelSpec
+from pytriton_core.config.spec import InstanceGroup, ModelSpec
 from pytriton_core.errors import ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -78,6 +78,9 @@ class ModelLocation:
     device_pools: DevicePools | None = None
     # The server's custom metric families (pb_utils.MetricFamily): each server has its own.
     custom_metrics: MetricRegistry | None = None
+    # A Python-based backend's folder (<--backend-directory>/<backend>): its model.py serves
+    # the model, not one in the version folder.
+    python_based_dir: Path | None = None
     # The server itself, for model code that calls other models (BLS).
     server: ServerCalls | None = None
 
@@ -91,6 +94,7 @@ class InstanceSpec:
     name: str  # e.g. "add_sub_0_0": group name + index, as Triton names them
     kind: str  # "CPU" | "GPU" | "MODEL"
     device_id: int
+    group: InstanceGroup | None = None  # the instance group it comes from
 
 
 class BackendInstance(abc.ABC):

@@ -12,6 +12,8 @@ Two stages, as in Triton:
   tensor, and no step fed by tensors that come from different decoupled models. It returns
   whether the ensemble is decoupled (some decoupled model feeds its outputs), which the
   loader writes into the ensemble's ``model_transaction_policy`` as Triton does.
+* ``check_ensemble_cache``, then: an ensemble with ``response_cache`` must be cacheable
+  throughout (not decoupled, no sequence-batched step).
 
 Triton walks protobuf maps in hash order; here they are walked in config order, so where
 several rules are broken the first one reported may differ.
@@ -256,6 +258,35 @@ def check_ensemble_steps(ensemble: ModelSpec, composing: Mapping[str, ModelSpec]
             )
         _check_step_mapping(name, step, model, tensors)
     return _label_decoupled(name, ensemble, tensors)
+
+
+def check_ensemble_cache(
+    ensemble: ModelSpec, composing: Mapping[str, ModelSpec], decoupled: bool
+) -> None:
+    """Refuse ``response_cache`` on an ensemble that a cache would answer wrongly.
+
+    Decoupled (some step is): Triton's words and stage (the version fails to load). A
+    sequence-batched step: Triton's documentation says the ensemble inherits the step's
+    limitation, but 2.51 loads it and answers a later sequence from the cache without the
+    stateful model seeing it; refused here, in the words of Triton's own sequence check.
+    """
+    if not ensemble.response_cache:
+        return
+    name = ensemble.name
+    if decoupled:
+        raise InvalidArgumentError(
+            f"Response Cache does not currently support model {name} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
+    scheduling = ensemble.ensemble_scheduling
+    assert scheduling is not None  # check_ensemble_steps refused a spec without one
+    for step in scheduling.steps:
+        if composing[step.model_name].sequence_batching is not None:
+            raise InvalidArgumentError(
+                f"Response Cache does not currently support model {name} with sequence "
+                f"batching scheduler in its composing model {step.model_name}. Please "
+                "disable the response cache."
+            )
 
 
 def _check_step_mapping(

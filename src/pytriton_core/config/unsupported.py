@@ -38,8 +38,9 @@ def _tensors(cfg: Any, test: Callable[[Any], bool]) -> bool:
 
 
 def _own_runtime(cfg: Any) -> bool:
-    """``runtime`` names the backend's own library (what Triton loads anyway)."""
-    return cfg.runtime in ("", f"libtriton_{cfg.backend}.so")
+    """``runtime`` names the backend's own library (what Triton loads anyway), or
+    ``model.py``: a Python-based backend's (docs/backend-plugins.md)."""
+    return cfg.runtime in ("", f"libtriton_{cfg.backend}.so", "model.py")
 
 
 def _is_tensorrt(cfg: Any) -> bool:
@@ -47,23 +48,6 @@ def _is_tensorrt(cfg: Any) -> bool:
 
 
 UNSUPPORTED_FIELDS: tuple[UnsupportedField, ...] = (
-    UnsupportedField(
-        "response_cache",
-        lambda cfg: cfg.response_cache.enable,
-        "the response cache is not implemented yet",
-    ),
-    UnsupportedField(
-        "instance_group.rate_limiter",
-        lambda cfg: _groups(
-            cfg, lambda g: bool(g.rate_limiter.resources) or g.rate_limiter.priority != 0
-        ),
-        "the rate limiter is not implemented yet",
-    ),
-    UnsupportedField(
-        "model_repository_agents",
-        lambda cfg: bool(cfg.model_repository_agents.agents),
-        "repository agents (checksum, encryption...) are not implemented",
-    ),
     UnsupportedField(
         "instance_group.passive",
         lambda cfg: _groups(cfg, lambda g: g.passive),
@@ -112,7 +96,8 @@ UNSUPPORTED_FIELDS: tuple[UnsupportedField, ...] = (
     UnsupportedField(
         "runtime",
         lambda cfg: not _own_runtime(cfg),
-        "a backend runtime other than the backend's own is not implemented",
+        "a backend runtime other than the backend's own (or `model.py`, a Python-based "
+        "backend's) is not implemented",
     ),
     UnsupportedField(
         "sequence_batching.state",

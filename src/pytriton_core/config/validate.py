@@ -46,6 +46,11 @@ def validate_config(config: Message, *, check_tensors: bool = True) -> None:
         _check_dynamic_batching(check, cfg.dynamic_batching, cfg.max_batch_size)
     if cfg.HasField("sequence_batching"):
         check_sequence_batching(check, cfg)
+    if cfg.model_transaction_policy.decoupled and cfg.response_cache.enable:
+        check.fail(
+            f"Response Cache does not currently support model {model} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
     for group in cfg.instance_group:
         if group.kind == _KIND_CPU and group.gpus:
             check.fail(f"instance group '{group.name}' has kind KIND_CPU but lists GPUs")

@@ -14,9 +14,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pytriton_core.options import DEFAULT_FIRST_RESPONSE_BUCKETS_MS, MetricsOptions
+from pytriton_core.options import (
+    DEFAULT_DURATION_BUCKETS_US,
+    DEFAULT_FIRST_RESPONSE_BUCKETS_MS,
+    MetricsOptions,
+)
 
 FIRST_RESPONSE_HISTOGRAM = "nv_inference_first_response_histogram_ms"
+REQUEST_HISTOGRAM = "nv_inference_request_duration_histogram_us"
+QUEUE_HISTOGRAM = "nv_inference_queue_duration_histogram_us"
+COMPUTE_INPUT_HISTOGRAM = "nv_inference_compute_input_duration_histogram_us"
+COMPUTE_INFER_HISTOGRAM = "nv_inference_compute_infer_duration_histogram_us"
+COMPUTE_OUTPUT_HISTOGRAM = "nv_inference_compute_output_duration_histogram_us"
 
 
 class FailureReason(enum.Enum):
@@ -204,6 +213,37 @@ class LatencySummaries:
     compute_output: SlidingSummary = field(default_factory=SlidingSummary)
 
 
+@dataclass(slots=True)
+class LatencyHistograms:
+    """The per-request latency histograms behind ``histogram_latencies`` (µs
+    observations), Triton's ``nv_inference_*_duration_histogram_us``."""
+
+    request: Histogram
+    queue: Histogram
+    compute_input: Histogram
+    compute_infer: Histogram
+    compute_output: Histogram
+
+    @classmethod
+    def create(
+        cls, buckets: Mapping[str, Sequence[float]], defaults: Mapping[str, Sequence[float]]
+    ) -> LatencyHistograms:
+        """``buckets`` (the model's) first, then ``defaults`` (the server's), by family."""
+
+        def histogram(family: str) -> Histogram:
+            return Histogram(
+                buckets.get(family) or defaults.get(family) or DEFAULT_DURATION_BUCKETS_US[family]
+            )
+
+        return cls(
+            request=histogram(REQUEST_HISTOGRAM),
+            queue=histogram(QUEUE_HISTOGRAM),
+            compute_input=histogram(COMPUTE_INPUT_HISTOGRAM),
+            compute_infer=histogram(COMPUTE_INFER_HISTOGRAM),
+            compute_output=histogram(COMPUTE_OUTPUT_HISTOGRAM),
+        )
+
+
 def _zero_failures() -> dict[FailureReason, int]:
     return dict.fromkeys(FailureReason, 0)
 
@@ -228,6 +268,7 @@ class ModelStatistics:
     failures: dict[FailureReason, int] = field(default_factory=_zero_failures)
     # Only when the metrics ask for them (they cost a little per request).
     summaries: LatencySummaries | None = None
+    histograms: LatencyHistograms | None = None
     first_response: Histogram | None = None
     # What the backend could tell of the memory the model holds; () when it cannot.
     memory_usage: tuple[MemoryUsage, ...] = ()
@@ -245,12 +286,18 @@ class ModelStatistics:
         """
         if metrics is None:
             return cls()
-        histogram = None
+        histogram = histograms = None
         if metrics.histogram_latencies:
-            buckets = (histogram_buckets or {}).get(FIRST_RESPONSE_HISTOGRAM)
-            histogram = Histogram(buckets or DEFAULT_FIRST_RESPONSE_BUCKETS_MS)
+            model_buckets = histogram_buckets or {}
+            histogram = Histogram(
+                model_buckets.get(FIRST_RESPONSE_HISTOGRAM)
+                or metrics.histogram_buckets.get(FIRST_RESPONSE_HISTOGRAM)
+                or DEFAULT_FIRST_RESPONSE_BUCKETS_MS
+            )
+            histograms = LatencyHistograms.create(model_buckets, metrics.histogram_buckets)
         return cls(
             summaries=LatencySummaries() if metrics.summary_latencies else None,
+            histograms=histograms,
             first_response=histogram,
         )
 
@@ -295,6 +342,39 @@ class ModelStatistics:
             summaries.compute_input.observe(input_ns // 1000, end_ns)
             summaries.compute_infer.observe(infer_ns // 1000, end_ns)
             summaries.compute_output.observe(output_ns // 1000, end_ns)
+        histograms = self.histograms
+        if histograms is not None:
+            histograms.request.observe(request_ns // 1000)
+            histograms.queue.observe(queue_ns // 1000)
+            histograms.compute_input.observe(input_ns // 1000)
+            histograms.compute_infer.observe(infer_ns // 1000)
+            histograms.compute_output.observe(output_ns // 1000)
+
+    def record_cache_hit(
+        self, start_ns: int, queue_start_ns: int, lookup_start_ns: int, lookup_end_ns: int
+    ) -> None:
+        """A request answered from the response cache (Triton's UpdateSuccessCacheHit):
+        a success with its queue time, no inference, execution or compute time."""
+        end_ns = time.monotonic_ns()
+        request_ns = end_ns - start_ns
+        queue_ns = lookup_start_ns - queue_start_ns
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.cache_hit.add(lookup_end_ns - lookup_start_ns)
+        summaries = self.summaries
+        if summaries is not None:
+            summaries.request.observe(request_ns // 1000, end_ns)
+            summaries.queue.observe(queue_ns // 1000, end_ns)
+        histograms = self.histograms
+        if histograms is not None:
+            histograms.request.observe(request_ns // 1000)
+            histograms.queue.observe(queue_ns // 1000)
+
+    def record_cache_miss(self, miss_ns: int) -> None:
+        """A cache miss's lookup and insert time, added to the request's duration as
+        Triton's UpdateSuccessCacheMiss adds it."""
+        self.success.ns += miss_ns
+        self.cache_miss.add(miss_ns)
 
     def record_request_failure(
         self, arrival_ns: int, end_ns: int, reason: FailureReason = FailureReason.OTHER

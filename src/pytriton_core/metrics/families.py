@@ -14,9 +14,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pytriton_core.inference.statistics import (
+    COMPUTE_INFER_HISTOGRAM,
+    COMPUTE_INPUT_HISTOGRAM,
+    COMPUTE_OUTPUT_HISTOGRAM,
     FIRST_RESPONSE_HISTOGRAM,
+    QUEUE_HISTOGRAM,
+    REQUEST_HISTOGRAM,
     FailureReason,
     Histogram,
+    LatencyHistograms,
     LatencySummaries,
     SlidingSummary,
 )
@@ -40,6 +46,7 @@ class Group(enum.Enum):
     SUMMARY_LATENCIES = "summary_latencies"  # --metrics-config summary_latencies
     HISTOGRAM_LATENCIES = "histogram_latencies"  # --metrics-config histogram_latencies
     PINNED = "pinned"  # the host staging pool, with metrics on
+    CACHE = "cache"  # the response cache's own gauges, with --cache-config
     GPU = "gpu"  # --allow-gpu-metrics, and NVML found a GPU
     CPU = "cpu"  # --allow-cpu-metrics
 
@@ -65,6 +72,20 @@ class GpuReading:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheReading:
+    """The response cache's state at a scrape (the local cache's ``nv_cache_*`` gauges)."""
+
+    utilization: float
+    entries: int
+    hits: int
+    misses: int
+    lookups: int
+    evictions: int
+    lookup_us: int
+    insertion_us: int
+
+
+@dataclass(frozen=True, slots=True)
 class SystemSnapshot:
     cpu_utilization: float = 0.0
     cpu_memory_total_bytes: int = 0
@@ -72,6 +93,7 @@ class SystemSnapshot:
     gpus: tuple[GpuReading, ...] = ()
     pinned_total_bytes: int = 0  # 0: no pinned pool (staging falls back to pageable memory)
     pinned_used_bytes: int = 0
+    cache: CacheReading | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +116,9 @@ class Family:
     group: Group
     per_model: ModelReader | None = None  # samples without the model/version labels
     system: SystemReader | None = None
+    # Per-model families only some models have (the cache's: models with the cache on);
+    # a family no model has is left off the page.
+    has: Callable[[Model], bool] | None = None
 
 
 def _one(value: float) -> Iterable[Sample]:
@@ -150,6 +175,22 @@ def _summary(pick: Callable[[LatencySummaries], SlidingSummary]) -> ModelReader:
         return summary_samples(pick(summaries), context.quantiles, context.now_ns)
 
     return read
+
+
+def _histogram(pick: Callable[[LatencyHistograms], Histogram]) -> ModelReader:
+    def read(model: Model, context: ReadContext) -> Iterable[Sample]:
+        histograms = model.stats.snapshot().histograms
+        return histogram_samples(pick(histograms)) if histograms is not None else ()
+
+    return read
+
+
+def _cached(model: Model) -> bool:
+    return model.cache_enabled
+
+
+def _cache(read: Callable[[CacheReading], float]) -> SystemReader:
+    return lambda snapshot: _one(read(snapshot.cache)) if snapshot.cache is not None else ()
 
 
 def _gpu(read: Callable[[GpuReading], float]) -> SystemReader:
@@ -229,6 +270,38 @@ FAMILIES: tuple[Family, ...] = (
         per_model=lambda m, c: _one(_us(m.stats.snapshot().compute_output.ns)),
     ),
     Family(
+        "nv_cache_num_hits_per_model",
+        Kind.COUNTER,
+        "Number of cache hits per model",
+        _C,
+        per_model=lambda m, c: _one(m.stats.snapshot().cache_hit.count),
+        has=_cached,
+    ),
+    Family(
+        "nv_cache_hit_duration_per_model",
+        Kind.COUNTER,
+        "Total cache hit duration per model, in microseconds",
+        _C,
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().cache_hit.ns)),
+        has=_cached,
+    ),
+    Family(
+        "nv_cache_num_misses_per_model",
+        Kind.COUNTER,
+        "Number of cache misses per model",
+        _C,
+        per_model=lambda m, c: _one(m.stats.snapshot().cache_miss.count),
+        has=_cached,
+    ),
+    Family(
+        "nv_cache_miss_duration_per_model",
+        Kind.COUNTER,
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        _C,
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().cache_miss.ns)),
+        has=_cached,
+    ),
+    Family(
         "nv_inference_pending_request_count",
         Kind.GAUGE,
         "Instantaneous number of pending requests awaiting execution per-model.",
@@ -279,6 +352,41 @@ FAMILIES: tuple[Family, ...] = (
         per_model=lambda m, c: histogram_samples(m.stats.snapshot().first_response),
     ),
     Family(
+        REQUEST_HISTOGRAM,
+        Kind.HISTOGRAM,
+        "Histogram of end-to-end inference request duration, in microseconds",
+        _H,
+        per_model=_histogram(lambda h: h.request),
+    ),
+    Family(
+        QUEUE_HISTOGRAM,
+        Kind.HISTOGRAM,
+        "Histogram of inference queuing duration, in microseconds",
+        _H,
+        per_model=_histogram(lambda h: h.queue),
+    ),
+    Family(
+        COMPUTE_INPUT_HISTOGRAM,
+        Kind.HISTOGRAM,
+        "Histogram of compute input duration, in microseconds",
+        _H,
+        per_model=_histogram(lambda h: h.compute_input),
+    ),
+    Family(
+        COMPUTE_INFER_HISTOGRAM,
+        Kind.HISTOGRAM,
+        "Histogram of compute inference duration, in microseconds",
+        _H,
+        per_model=_histogram(lambda h: h.compute_infer),
+    ),
+    Family(
+        COMPUTE_OUTPUT_HISTOGRAM,
+        Kind.HISTOGRAM,
+        "Histogram of compute output duration, in microseconds",
+        _H,
+        per_model=_histogram(lambda h: h.compute_output),
+    ),
+    Family(
         "nv_pinned_memory_pool_total_bytes",
         Kind.GAUGE,
         "Pinned memory pool total memory size, in bytes",
@@ -291,6 +399,62 @@ FAMILIES: tuple[Family, ...] = (
         "Pinned memory pool used memory size, in bytes",
         Group.PINNED,
         system=lambda s: _one(s.pinned_used_bytes),
+    ),
+    Family(
+        "nv_cache_util",
+        Kind.GAUGE,
+        "Cache utilization [0.0 - 1.0]",
+        Group.CACHE,
+        system=_cache(lambda r: r.utilization),
+    ),
+    Family(
+        "nv_cache_num_entries",
+        Kind.GAUGE,
+        "Number of responses stored in response cache",
+        Group.CACHE,
+        system=_cache(lambda r: r.entries),
+    ),
+    Family(
+        "nv_cache_num_hits",
+        Kind.GAUGE,
+        "Number of cache hits in response cache",
+        Group.CACHE,
+        system=_cache(lambda r: r.hits),
+    ),
+    Family(
+        "nv_cache_num_misses",
+        Kind.GAUGE,
+        "Number of cache misses in response cache",
+        Group.CACHE,
+        system=_cache(lambda r: r.misses),
+    ),
+    Family(
+        "nv_cache_num_lookups",
+        Kind.GAUGE,
+        "Number of cache lookups in response cache",
+        Group.CACHE,
+        system=_cache(lambda r: r.lookups),
+    ),
+    Family(
+        "nv_cache_num_evictions",
+        Kind.GAUGE,
+        "Number of cache evictions in response cache",
+        Group.CACHE,
+        system=_cache(lambda r: r.evictions),
+    ),
+    Family(
+        "nv_cache_lookup_duration",
+        Kind.GAUGE,
+        "Total cache lookup duration (hit and miss), in microseconds",
+        Group.CACHE,
+        system=_cache(lambda r: r.lookup_us),
+    ),
+    Family(
+        "nv_cache_insertion_duration",
+        Kind.GAUGE,
+        "Total cache insertion duration, in microseconds",
+        Group.CACHE,
+        system=_cache(lambda r: r.insertion_us),
     ),
     Family(
         "nv_gpu_utilization",

@@ -16,9 +16,11 @@ from pytriton_core.backends.custom_metrics import (
     MetricKind,
     MetricRegistry,
 )
+from pytriton_core.inference.response_cache import ResponseCache
 from pytriton_core.metrics.exposition import write_family
 from pytriton_core.metrics.families import (
     FAMILIES,
+    CacheReading,
     Family,
     Group,
     Labels,
@@ -40,11 +42,16 @@ _CUSTOM_KINDS = {
 
 
 def enabled_groups(
-    options: MetricsOptions, gpus_found: bool = False, pinned_pool: bool = False
+    options: MetricsOptions,
+    gpus_found: bool = False,
+    pinned_pool: bool = False,
+    response_cache: bool = False,
 ) -> frozenset[Group]:
     groups = {Group.INFERENCE}
     if pinned_pool:
         groups.add(Group.PINNED)
+    if response_cache:
+        groups.add(Group.CACHE)
     if options.counter_latencies:
         groups.add(Group.COUNTER_LATENCIES)
     if options.summary_latencies:
@@ -67,8 +74,10 @@ class MetricsReporter:
         models: Callable[[], Sequence[Model]],
         custom: MetricRegistry | None = None,
         pinned_pool: Callable[[], Mapping[str, Any]] | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self._options = options
+        self._response_cache = response_cache
         self._models = models
         self._custom = custom
         # The staging pool's stats(): pinned_limit_bytes (0: fell back to pageable memory)
@@ -77,7 +86,9 @@ class MetricsReporter:
         self._quantiles = tuple(q for q, _ in options.summary_quantiles)
         self._cpu = CpuCollector() if options.allow_cpu_metrics else None
         self._gpu: GpuCollector | None = None
-        self._groups = enabled_groups(options, pinned_pool=pinned_pool is not None)
+        self._groups = enabled_groups(
+            options, pinned_pool=pinned_pool is not None, response_cache=response_cache is not None
+        )
         self._snapshot = SystemSnapshot()
         self._refresher: asyncio.Task[None] | None = None
 
@@ -85,7 +96,10 @@ class MetricsReporter:
         if self._options.allow_gpu_metrics:
             self._gpu = await asyncio.to_thread(GpuCollector.open)
             self._groups = enabled_groups(
-                self._options, self._gpu is not None, self._pinned_pool is not None
+                self._options,
+                self._gpu is not None,
+                self._pinned_pool is not None,
+                self._response_cache is not None,
             )
         await self._refresh()
         if self._cpu is not None or self._gpu is not None:
@@ -139,13 +153,18 @@ class MetricsReporter:
                 pinned_total_bytes=int(pool.get("pinned_limit_bytes", 0)),
                 pinned_used_bytes=int(pool.get("pinned_in_use_bytes", 0)),
             )
+        if self._response_cache is not None:
+            snapshot = dataclasses.replace(snapshot, cache=_cache_reading(self._response_cache))
         for family in self.families():
             series: Iterable[tuple[Labels, Iterable[Sample]]]
             if family.per_model is not None:
                 read = family.per_model
+                shown = models if family.has is None else [m for m in models if family.has(m)]
+                if not shown and family.has is not None:
+                    continue
                 series = [
                     ((("model", m.name), ("version", str(m.version))), read(m, context))
-                    for m in models
+                    for m in shown
                 ]
             else:
                 assert family.system is not None
@@ -161,6 +180,20 @@ class MetricsReporter:
                     _custom_series(custom),
                 )
         return "".join(out)
+
+
+def _cache_reading(cache: ResponseCache) -> CacheReading:
+    counters = cache.counters
+    return CacheReading(
+        utilization=cache.utilization,
+        entries=len(cache),
+        hits=counters.hits,
+        misses=counters.misses,
+        lookups=counters.lookups,
+        evictions=counters.evictions,
+        lookup_us=counters.lookup_ns // 1000,
+        insertion_us=counters.insert_ns // 1000,
+    )
 
 
 def _custom_series(family: MetricFamilySnapshot) -> Iterable[tuple[Labels, Iterable[Sample]]]:

@@ -46,6 +46,8 @@ from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.paths import check_model_name
 from pytriton_core.repository import dependencies
+from pytriton_core.repository.agents import AgentRegistry
+from pytriton_core.repository.checksum_agent import ChecksumAgent
 from pytriton_core.repository.identity import ModelId, resolve, unknown_model
 from pytriton_core.repository.model_calls import InProcessCalls
 from pytriton_core.repository.polling import (
@@ -59,6 +61,7 @@ from pytriton_core.repository.scan import scan_repositories
 from pytriton_core.repository.version_start import VersionStarter, failure_reason
 from pytriton_core.runtime.ensemble import EnsembleModel
 from pytriton_core.runtime.model import Model, ModelState
+from pytriton_core.runtime.services import ServerServices
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +102,20 @@ class ModelManager:
         *,
         host_staging: StagingPool | None = None,
         custom_metrics: MetricRegistry | None = None,
+        services: ServerServices | None = None,
         statistics: StatisticsFactory = default_statistics,
     ) -> None:
         self._options = options
+        self._services = services
         self._statistics = statistics
         self._loop = loop
         self._namespacing = options.model_namespacing
         gpu_ids = visible_gpu_ids(options.min_supported_compute_capability)
         self._poll_settings = PollSettings(
-            options.model_config_name, options.disable_auto_complete_config, gpu_ids
+            options.model_config_name,
+            options.disable_auto_complete_config,
+            gpu_ids,
+            AgentRegistry(options.repoagent_directory, {"checksum": ChecksumAgent}),
         )
         # What model code (BLS) calls: handed to every backend with the model's location.
         self._calls = InProcessCalls(self, loop, options)
@@ -119,8 +127,9 @@ class ModelManager:
             host_staging,
             DevicePools(options.memory.cuda_memory_pool_byte_size),
             custom_metrics,
-            self._calls,
-            statistics,
+            services=services,
+            server=self._calls,
+            statistics=statistics,
         )
         # Polls and version starts, for every model at once: --model-load-thread-count.
         self._load_pool = ThreadPoolExecutor(
@@ -415,6 +424,10 @@ class ModelManager:
                     log.error("failed to poll model '%s': %s", model_id, exc.detail)
                 else:
                     log.error("Poll failed for model directory '%s': %s", model_id, exc.detail)
+                if exc.refusal is not None:
+                    raise LoadFailure(
+                        type(exc.refusal)(f"failed to load '{model_id.name}': {exc.detail}")
+                    ) from None
                 raise LoadFailure(poll_failure(model_id.name)) from None
             if polled is None:
                 log.debug("model '%s' is unchanged: nothing to load", model_id)
@@ -422,8 +435,12 @@ class ModelManager:
             try:
                 await self._load_versions(polled, previous)
             except BaseException:
+                if polled.agents is not None:
+                    await self._in_pool(polled.agents.load_finished, False)
                 polled.release()
                 raise
+            if polled.agents is not None:
+                await self._in_pool(polled.agents.load_finished, True)
 
     async def _load_versions(self, polled: PolledModel, previous: PolledModel | None) -> None:
         model_id = polled.model_id
@@ -452,7 +469,13 @@ class ModelManager:
                 InvalidArgumentError(f"load failed for model '{model_id}': {message}\n")
             ) from None
         serving = self._models.get(model_id, {})
-        same_config = previous is not None and previous.config == polled.config
+        # Versions may keep serving only from the same folder: agents made a new one.
+        same_config = (
+            previous is not None
+            and previous.config == polled.config
+            and polled.agents is None
+            and previous.agents is None
+        )
         keep = {
             version
             for version in versions
@@ -511,7 +534,12 @@ class ModelManager:
             self._dependencies[model_id.name] = dependencies.step_models(polled.config)
         for model in dropped:
             states[model.version] = _VersionStatus(ModelState.UNLOADING)
+        previous_agents = previous.agents if previous is not None else None
+        if previous_agents is not None:
+            await self._in_pool(previous_agents.unload)
         await self._stop_models([*replaced, *dropped], model_id)
+        if previous_agents is not None:
+            await self._in_pool(previous_agents.unload_finished)
         for model in dropped:
             states[model.version] = _VersionStatus(ModelState.UNAVAILABLE, UNLOADED)
         if previous is not None and previous is not polled:
@@ -613,14 +641,17 @@ class ModelManager:
         """An ensemble version (on the loop: it has no instances to start)."""
         config = self._normalized(polled)
         cfg: Any = config
+        declared = ModelSpec.from_config(config, version)
         # As Triton does, the config tells whether a decoupled model makes it decoupled.
-        cfg.model_transaction_policy.decoupled = ensemble.check_ensemble_steps(
-            ModelSpec.from_config(config, version), composing
-        )
+        decoupled = ensemble.check_ensemble_steps(declared, composing)
+        ensemble.check_ensemble_cache(declared, composing, decoupled)
+        cfg.model_transaction_policy.decoupled = decoupled
         spec = ModelSpec.from_config(config, version)
         metrics = self._options.metrics if self._options.allow_metrics else None
         stats = self._statistics(spec.name, version, metrics, spec.histogram_buckets)
-        model = EnsembleModel(spec, config, polled.model_dir, self._loop, self.get, stats)
+        model = EnsembleModel(
+            spec, config, polled.model_dir, self._loop, self.get, stats, self._services
+        )
         model.start()
         return model
 
@@ -632,9 +663,9 @@ class ModelManager:
             if not current:
                 continue
             try:
-                decoupled = ensemble.check_ensemble_steps(
-                    current[-1].spec, self._composing_specs(current[-1].config)
-                )
+                composing = self._composing_specs(current[-1].config)
+                decoupled = ensemble.check_ensemble_steps(current[-1].spec, composing)
+                ensemble.check_ensemble_cache(current[-1].spec, composing, decoupled)
             except ServerError as exc:
                 log.error("failed to load model '%s': %s", user, exc.message)
                 await self._unload_name(user)
@@ -684,11 +715,16 @@ class ModelManager:
             return
         for model in versions.values():
             states[model.version] = _VersionStatus(ModelState.UNLOADING)
+        polled = self._polled.pop(model_id, None)
+        agents = polled.agents if polled is not None else None
+        if agents is not None:
+            await self._in_pool(agents.unload)
         for model in versions.values():
             await model.stop(timeout_s)
             states[model.version] = _VersionStatus(ModelState.UNAVAILABLE, UNLOADED)
             log.info("successfully unloaded '%s' version %d", model_id, model.version)
-        polled = self._polled.pop(model_id, None)
+        if agents is not None:
+            await self._in_pool(agents.unload_finished)
         if polled is not None:
             polled.release()
 

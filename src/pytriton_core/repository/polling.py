@@ -22,6 +22,7 @@ from pytriton_core import config as model_config
 from pytriton_core import proto
 from pytriton_core.config.parse import config_path
 from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.repository.agents import AgentChain, AgentRegistry
 from pytriton_core.repository.identity import ModelId
 from pytriton_core.repository.overrides import OverrideDirectory
 from pytriton_core.repository.timestamps import ModelTimestamp
@@ -40,6 +41,8 @@ class PolledModel:
     config: Message
     timestamp: ModelTimestamp
     override: OverrideDirectory | None = None  # the folder made of a load's files
+    # The repository agents the model went through (model_dir is the last one's folder).
+    agents: AgentChain | None = None
 
     def release(self) -> None:
         if self.override is not None:
@@ -55,9 +58,12 @@ def poll_failure(name: str) -> ServerError:
 class PollError(Exception):
     """The poll step failed; ``detail`` is what Triton logs ("Poll failed for ...")."""
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, refusal: ServerError | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        # A repository agent refused the model: its client hears why (Triton's client only
+        # hears that the poll failed).
+        self.refusal = refusal
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class PollSettings:
     model_config_name: str | None
     disable_auto_complete: bool
     gpu_ids: Sequence[int]
+    agents: AgentRegistry | None = None  # model_repository_agents
 
 
 def poll_model(
@@ -84,6 +91,7 @@ def poll_model(
     if files and config_json is None:
         raise PollError("Load parameter 'config' must be specified for model file override")
     override: OverrideDirectory | None = None
+    agents: AgentChain | None = None
     try:
         if files:
             try:
@@ -105,20 +113,34 @@ def poll_model(
             elif loaded is not None and not loaded.modified(timestamp):
                 return None
         config = _read_config(model_dir, settings, config_json)
+        if settings.agents is not None:
+            # As Triton: the agents see the config as read, before the server fills it in;
+            # the model loads from the folder the last one left.
+            try:
+                agents = settings.agents.run_load(model_id.name, model_dir, config)
+            except ServerError as exc:
+                raise PollError(exc.message, refusal=exc) from exc
+            if agents is not None:
+                model_dir = agents.location
         model_config.fill_server_side_fields(config, model_id.name, model_dir)
         checked = proto.ModelConfig()
         checked.CopyFrom(config)
         model_config.normalize_config(checked, gpu_ids=settings.gpu_ids)
         model_config.validate_config(checked, check_tensors=settings.disable_auto_complete)
     except ServerError as exc:
-        if override is not None:
-            override.cleanup()
+        _give_up(override, agents)
         raise PollError(exc.message) from exc
     except PollError:
-        if override is not None:
-            override.cleanup()
+        _give_up(override, agents)
         raise
-    return PolledModel(model_id, model_dir, config, timestamp, override)
+    return PolledModel(model_id, model_dir, config, timestamp, override, agents)
+
+
+def _give_up(override: OverrideDirectory | None, agents: AgentChain | None) -> None:
+    if override is not None:
+        override.cleanup()
+    if agents is not None:
+        agents.load_finished(False)
 
 
 def _read_config(model_dir: Path, settings: PollSettings, config_json: str | None) -> Message:

@@ -32,6 +32,7 @@ from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ServerOptions
 from pytriton_core.repository.polling import PolledModel
 from pytriton_core.runtime.model import Model
+from pytriton_core.runtime.services import ServerServices
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class VersionStarter:
     host_staging: StagingPool | None
     device_pools: DevicePools
     custom_metrics: MetricRegistry | None = None
+    services: ServerServices | None = None  # the response cache and the rate limiter
     server: ServerCalls | None = None  # what model code calls (BLS)
     statistics: StatisticsFactory = default_statistics  # --workers N: shared counters
 
@@ -91,7 +93,9 @@ class VersionStarter:
         backend_model = backend.load_model(spec, location, config)
         metrics = self.options.metrics if self.options.allow_metrics else None
         stats = self.statistics(spec.name, version, metrics, spec.histogram_buckets)
-        model = Model(spec, config, polled.model_dir, backend_model, self.loop, stats)
+        model = Model(
+            spec, config, polled.model_dir, backend_model, self.loop, stats, services=self.services
+        )
         specs = instance_specs(spec)
         model.start(specs)
         try:
@@ -113,6 +117,7 @@ class VersionStarter:
             host_staging=self.host_staging,
             device_pools=self.device_pools,
             custom_metrics=self.custom_metrics,
+            python_based_dir=self.backends.python_based_dir(backend_name),
             server=self.server,
         )
 
@@ -146,7 +151,7 @@ def instance_specs(spec: ModelSpec) -> list[InstanceSpec]:
         index = 0
         for device in devices:
             for _ in range(group.count):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device))
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device, group))
                 index += 1
     return specs
 

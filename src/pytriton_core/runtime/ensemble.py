@@ -5,7 +5,10 @@
 request goes to the composing model version through ``Model.submit``, so that model's
 validation, scheduler (its dynamic batcher included), instances and statistics apply.
 The composing models are looked up per request with the ``resolve`` function the
-repository hands in, so a reloaded composing model serves the next request.
+repository hands in, so a reloaded composing model serves the next request. With
+``response_cache`` (and a server cache) a request is first looked up in the cache, as
+Triton's ensemble scheduler does: a hit runs no step; a miss's successful final response
+is stored.
 
 Everything here runs on the server's event loop.
 """
@@ -27,6 +30,7 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
 from pytriton_core.runtime.model import CANCELLED_MESSAGE, Model, ModelState
+from pytriton_core.runtime.services import ServerServices
 from pytriton_core.scheduling.ensemble import EnsemblePlan, EnsembleRun, StepCall
 
 # Finds the model version a step runs on (the repository's lookup, with its messages).
@@ -51,8 +55,9 @@ class EnsembleModel(Model):
         loop: asyncio.AbstractEventLoop,
         resolve: ResolveModel,
         stats: ModelStatistics | None = None,
+        services: ServerServices | None = None,
     ) -> None:
-        super().__init__(spec, config, model_dir, _NoInstances(), loop, stats)
+        super().__init__(spec, config, model_dir, _NoInstances(), loop, stats, services)
         self._plan = EnsemblePlan(spec)
         self._resolve = resolve
         scheduling = spec.ensemble_scheduling
@@ -75,6 +80,8 @@ class EnsembleModel(Model):
 
     def submit(self, request: InferenceRequest) -> None:
         self._admit(request)
+        if self._cache is not None and self._answer_from_cache(request):
+            return  # a hit: no step runs
         compute_start_ns = time.monotonic_ns()
         self._in_flight += 1
         targets: list[Model] = []
@@ -87,6 +94,7 @@ class EnsembleModel(Model):
                 targets.append(resolved[key])
         except ServerError as exc:
             error = ServerError.from_code(exc.code, f"in ensemble '{self.name}', {exc.message}")
+            self._forget_miss(request)
             self._complete(request, None, compute_start_ns)
             request.deliver(InferenceResponse.failed(error), True)
             return
@@ -97,6 +105,11 @@ class EnsembleModel(Model):
             self._submit_step(call, run, targets[call.step.index])
 
         def deliver(response: InferenceResponse | None, final: bool) -> None:
+            if final and self._cache is not None:
+                if response is None:
+                    self._forget_miss(request)
+                else:  # stored as computed: classification applies per request
+                    self._store_in_cache(request, response)
             if response is not None and response.error is None:
                 response = self._apply_classification(request, response)
             if final:

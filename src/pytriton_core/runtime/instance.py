@@ -14,6 +14,7 @@ from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
 from pytriton_core.scheduling.base import Retained, Scheduler
+from pytriton_core.scheduling.rate_limiter import InstanceSlot
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,16 @@ class ModelInstance:
         warmup: Sequence[WarmupSample] = (),
         model_name: str = "",
         index: int = 0,
+        *,
+        rate_limit: InstanceSlot | None = None,
     ) -> None:
         """``index``: the instance's position among the model's (what the scheduler knows
-        it by)."""
+        it by). ``rate_limit``: the instance's place in the server's rate limiter, which it
+        acquires before each execution (None: rate limiting is off)."""
         self.spec = spec
         self._model_name = model_name
         self.index = index
+        self._rate_limit = rate_limit
         self._warmup = warmup
         self._backend_model = backend_model
         self._scheduler = scheduler
@@ -106,7 +111,10 @@ class ModelInstance:
 
     def _serve(self, backend_instance: BackendInstance) -> None:
         scheduler = self._scheduler
+        rate_limit = self._rate_limit
         while (batch := scheduler.next_batch(self.index)) is not None:
+            if rate_limit is not None:
+                rate_limit.acquire()  # the wait counts as queueing, as in Triton
             timing = ComputeTiming(start_ns=time.monotonic_ns())
             if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
                 log.debug(
@@ -136,6 +144,8 @@ class ModelInstance:
             except Exception:
                 log.exception("the scheduler failed to complete a batch of %s", self.spec.name)
                 retained = {}
+            if rate_limit is not None:  # after completed: requests it re-queued are work too
+                rate_limit.release(more_work=scheduler.pending_count() > 0)
             self._schedule_on_loop(self._on_batch_done, batch, responses, timing, retained)
             # Keep nothing of a finished batch while waiting for the next one: its inputs
             # can be large, or views that hold a client's shared-memory region mapped.

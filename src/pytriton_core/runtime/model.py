@@ -29,6 +29,7 @@ from pytriton_core.errors import (
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.response_cache import InsertOutcome, cache_key
 from pytriton_core.inference.statistics import (
     ComputeTiming,
     FailureReason,
@@ -39,9 +40,11 @@ from pytriton_core.paths import confined_path
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
 from pytriton_core.runtime.response_stats import ResponseCounter
+from pytriton_core.runtime.services import ServerServices
 from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import Requeued, Retained, create_scheduler
+from pytriton_core.scheduling.rate_limiter import InstanceSlot
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,10 @@ class Model:
         backend_model: BackendModel,
         loop: asyncio.AbstractEventLoop,
         stats: ModelStatistics | None = None,
+        services: ServerServices | None = None,
     ) -> None:
+        """``services``: what the server shares among its models (the response cache, the
+        rate limiter); none by default."""
         self.spec = spec
         self.name = spec.name
         self.version = spec.version
@@ -105,6 +111,14 @@ class Model:
             for output in spec.outputs.values()
             if output.label_filename
         }
+        services = services or ServerServices()
+        # Both the server's cache and the model's response_cache are needed, as in Triton.
+        self._cache = services.response_cache if spec.response_cache else None
+        self.cache_enabled = self._cache is not None
+        # The cache key and lookup time of each request that missed, until it is answered.
+        self._misses: dict[int, tuple[bytes, int]] = {}
+        self._rate_limiter = services.rate_limiter
+        self._rate_limit_slots: list[InstanceSlot] = []
 
     def start(self, instance_specs: Sequence[InstanceSpec]) -> None:
         """Create the instances (blocking: call from a worker thread, not the loop)."""
@@ -122,6 +136,7 @@ class Model:
                     warmup,
                     model_name=self.name,
                     index=index,
+                    rate_limit=self._register_rate_limit(instance_spec),
                 )
                 instance.start()
                 self._instances.append(instance)
@@ -135,11 +150,28 @@ class Model:
         )
         self.state = ModelState.READY
 
+    def _register_rate_limit(self, instance_spec: InstanceSpec) -> InstanceSlot | None:
+        limiter = self._rate_limiter
+        if limiter is None:
+            return None
+        group = instance_spec.group
+        slot = limiter.register(
+            self.name,
+            instance_spec.name,
+            instance_spec.device_id,
+            group.rate_limiter_resources if group is not None else (),
+            group.rate_limiter_priority if group is not None else 0,
+        )
+        self._rate_limit_slots.append(slot)
+        return slot
+
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
         self._admit(request)
         if self.spec.decoupled:
             request.observer = ResponseCounter(self.stats, request.arrival_ns)
+        if self._cache is not None and self._answer_from_cache(request):
+            return
         try:
             self._scheduler.enqueue(request)
         except InvalidArgumentError:
@@ -147,6 +179,7 @@ class Model:
             # validation, which Triton neither counts nor prefixes with the request id.
             raise
         except ServerError as exc:
+            self._forget_miss(request)
             self.stats.record_request_failure(
                 request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
             )
@@ -171,6 +204,57 @@ class Model:
         request.queue_start_ns = time.monotonic_ns()
         if request.trace is not None:
             self._trace_submit(request)
+
+    def _answer_from_cache(self, request: InferenceRequest) -> bool:
+        """Look the request up; on a hit answer it from the cache (it skips the scheduler)
+        and return True; on a miss remember its key, to store its response."""
+        cache = self._cache
+        assert cache is not None
+        key = cache_key(request, self.name, self.version)
+        if key is None:  # an input in GPU memory: not cacheable
+            return False
+        lookup_start = time.monotonic_ns()
+        entry = cache.lookup(key)
+        lookup_end = time.monotonic_ns()
+        if entry is None:
+            self._misses[id(request)] = (key, lookup_end - lookup_start)
+            return False
+        if self._release_order is not None:
+            self._release_order.append(request)
+        # Answered at once, inside submit: every caller has registered the request before
+        # it submits it (a deferred answer would wait a whole loop turn under load).
+        response = self._apply_classification(request, InferenceResponse(entry.tensors()))
+        self.stats.record_cache_hit(
+            request.queue_start_ns, request.queue_start_ns, lookup_start, lookup_end
+        )
+        self._release(request, response)
+        return True
+
+    def _forget_miss(self, request: InferenceRequest) -> None:
+        """A missed request left without a response to store."""
+        if self._misses:
+            self._misses.pop(id(request), None)
+
+    def _store_in_cache(self, request: InferenceRequest, response: InferenceResponse) -> None:
+        """A missed request was answered: keep a successful response, count the miss."""
+        miss = self._misses.pop(id(request), None)
+        if miss is None or response.error is not None:
+            return  # only successful responses are cached
+        cache = self._cache
+        assert cache is not None
+        key, lookup_ns = miss
+        insert_start = time.monotonic_ns()
+        outcome = cache.insert(key, response.outputs)
+        insert_ns = time.monotonic_ns() - insert_start
+        if outcome is InsertOutcome.EXISTS:
+            return  # another request with the same key got there first: Triton counts none
+        if outcome is InsertOutcome.TOO_LARGE:
+            log.error(
+                "Failed to insert key into response cache: the response of model '%s' is "
+                "larger than the whole cache",
+                self.name,
+            )
+        self.stats.record_cache_miss(lookup_ns + insert_ns)
 
     @property
     def in_flight(self) -> int:
@@ -210,6 +294,7 @@ class Model:
     def _finish_rejected(self, request: InferenceRequest, error: ServerError) -> None:
         """A queued request leaves without running: queue timeout (REJECTED) or cancelled."""
         self._in_flight -= 1
+        self._forget_miss(request)
         reason = (
             FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.REJECTED
         )
@@ -245,6 +330,7 @@ class Model:
                 if request.padding:
                     continue
                 self._in_flight -= 1
+                self._forget_miss(request)
                 stats.record_request_failure(request.arrival_ns, end_ns, reason)
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
@@ -278,9 +364,12 @@ class Model:
                 response = InferenceResponse.failed(kept)
             self._in_flight -= 1
             if response is None:  # answered through its response sender
+                self._forget_miss(request)
                 if self._release_order is not None:
                     self._release_order.remove(request)
                 continue
+            if self._cache is not None:
+                self._store_in_cache(request, response)
             if stats.first_response is not None and not self.spec.decoupled:
                 stats.record_first_response(request.arrival_ns, end_ns)
             if response.error is None:
@@ -351,6 +440,9 @@ class Model:
         self._join_and_finalize()
 
     def _join_and_finalize(self, timeout_s: float | None = None) -> None:
+        if self._rate_limiter is not None and self._rate_limit_slots:
+            self._rate_limiter.unregister(self._rate_limit_slots)
+            self._rate_limit_slots = []
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for instance in self._instances:
             instance.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

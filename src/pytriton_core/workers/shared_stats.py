@@ -103,6 +103,18 @@ class SharedStatistics(ModelStatistics):
         ModelStatistics.record_request_failure(self, arrival_ns, end_ns, reason)
         self._publish()
 
+    def record_cache_hit(
+        self, start_ns: int, queue_start_ns: int, lookup_start_ns: int, lookup_end_ns: int
+    ) -> None:
+        ModelStatistics.record_cache_hit(
+            self, start_ns, queue_start_ns, lookup_start_ns, lookup_end_ns
+        )
+        self._publish()
+
+    def record_cache_miss(self, miss_ns: int) -> None:
+        ModelStatistics.record_cache_miss(self, miss_ns)
+        self._publish()
+
     def snapshot(self) -> ModelStatistics:
         """These counters plus every other live worker's for the same model version."""
         if self.board is None:
@@ -125,6 +137,7 @@ _LAST_INFERENCE = 2 * len(_DURATIONS) + 2  # the scalar that is a time, not a co
 def _summed(own: SharedStatistics, peers: Sequence[EntryCounters]) -> ModelStatistics:
     total = ModelStatistics(
         summaries=own.summaries,
+        histograms=own.histograms,
         first_response=own.first_response,
         memory_usage=own.memory_usage,
         response_stats=own.response_stats,

@@ -59,6 +59,8 @@ def _install_pb_utils() -> None:
 
 
 def _model_file(location: ModelLocation, default_model_filename: str) -> Path:
+    if location.python_based_dir is not None:  # a Python-based backend's own model.py
+        return location.python_based_dir / "model.py"
     filename = default_model_filename or "model.py"
     return confined_path(
         location.model_dir,
