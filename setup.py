@@ -50,17 +50,20 @@ def generate_protos() -> None:
 
 
 class BuildPyWithExamples(build_py):
-    """Ship examples/model_repository inside the package: the server's default repository."""
+    """Ship the example repositories inside the package: examples/model_repository, the
+    server's default repository, and examples/openai_models, served beside it when the
+    OpenAI front end is on."""
 
     def run(self) -> None:
         super().run()
-        target = Path(self.build_lib) / "pytriton_core" / "_bundled" / "model_repository"
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(
-            ROOT / "examples" / "model_repository",
-            target,
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-        )
+        for name in ("model_repository", "openai_models"):
+            target = Path(self.build_lib) / "pytriton_core" / "_bundled" / name
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(
+                ROOT / "examples" / name,
+                target,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
 
 
 def extensions() -> list[Extension]:

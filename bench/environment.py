@@ -40,7 +40,7 @@ from bench.toolbox import (
     find_wrk,
 )
 
-BENCH_REQUIREMENTS = ("matplotlib>=3.7", "tritonclient[http,grpc]>=2.50")
+BENCH_REQUIREMENTS = ("matplotlib>=3.7", "tritonclient[http,grpc]>=2.50", "threadpoolctl>=3")
 # pyproject.toml's [onnxruntime] and [torch] extras (a separate step: the project is not rebuilt)
 FRAMEWORK_REQUIREMENTS = ("onnx>=1.15", "onnxruntime>=1.17", "torch>=2.1")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"

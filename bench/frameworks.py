@@ -17,6 +17,7 @@ framework scenarios of ``python -m bench`` and by ``bench/backends.py``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import sys
@@ -49,10 +50,23 @@ class FrameworkModel:
     output: str
     thread_parameter: str  # the backend's parameter for its intra-op thread count
     modules: tuple[str, ...]  # what must be importable to build and serve it
+    key: str = ""  # its key in MODELS (and scenarios' ``backend``); the backend by default
+    # (in, hidden, out) features of its MLP
+    size: tuple[int, int, int] = (MLP_IN_FEATURES, MLP_HIDDEN, MLP_OUT_FEATURES)
+    parameters: tuple[tuple[str, str], ...] = ()  # more config parameters
 
+    @property
+    def model_key(self) -> str:
+        return self.key or self.backend
+
+
+# The compute-bound MLP: about 10 ms per batch of 16 on one core here (the goal's >= 2 ms).
+LARGE_MLP = (1024, 4096, 1024)
+# The Python backend's MLP in numpy, executed per request (the list API) or per batch.
+NUMPY, NUMPY_BATCHED = "python-numpy", "python-numpy-batched"
 
 MODELS = {
-    model.backend: model
+    model.model_key: model
     for model in (
         FrameworkModel(
             "onnxruntime", "onnx_mlp", "X", "Y", "intra_op_thread_count", ("onnx", "onnxruntime")
@@ -63,8 +77,63 @@ MODELS = {
         FrameworkModel(
             "openvino", "openvino_mlp", "X", "Y", "INFERENCE_NUM_THREADS", ("onnx", "openvino")
         ),
+        FrameworkModel(
+            "onnxruntime",
+            "onnx_mlp_large",
+            "X",
+            "Y",
+            "intra_op_thread_count",
+            ("onnx", "onnxruntime"),
+            key="onnxruntime-large",
+            size=LARGE_MLP,
+        ),
+        FrameworkModel("python", "numpy_mlp", "X", "Y", "", ("numpy",), key=NUMPY),
+        FrameworkModel(
+            "python",
+            "numpy_mlp_batched",
+            "X",
+            "Y",
+            "",
+            ("numpy",),
+            key=NUMPY_BATCHED,
+            parameters=(("BATCHED_EXECUTE", "yes"),),
+        ),
     )
 }
+
+# The numpy MLP as a Python model: each request of ``requests`` computed on its own (under
+# BATCHED_EXECUTE the one request holds the whole batch).
+NUMPY_MODEL = """\
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def one_blas_thread():
+    # One BLAS thread, as the framework models get one intra-op thread (the other core is
+    # the server's and the client's; OpenBLAS's threads spin while they wait).
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(1)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        one_blas_thread()
+        weights = np.load(Path(__file__).with_name("weights.npz"))
+        self.w1, self.b1, self.w2, self.b2 = (weights[k] for k in ("W1", "b1", "W2", "b2"))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            y = np.maximum(x @ self.w1 + self.b1, 0) @ self.w2 + self.b2
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
+        return responses
+"""
 
 
 def integration_module(name: str) -> ModuleType:
@@ -87,8 +156,9 @@ def framework_models() -> ModuleType:
     return integration_module("framework_models")
 
 
-def mlp_size() -> Any:
-    return framework_models().MlpSize(MLP_IN_FEATURES, MLP_HIDDEN, MLP_OUT_FEATURES)
+def mlp_size(model: FrameworkModel | None = None) -> Any:
+    sizes = model.size if model is not None else (MLP_IN_FEATURES, MLP_HIDDEN, MLP_OUT_FEATURES)
+    return framework_models().MlpSize(*sizes)
 
 
 def missing(backend: str) -> str | None:
@@ -100,10 +170,12 @@ def missing(backend: str) -> str | None:
 
 
 def _config(model: FrameworkModel, threads: int, io: str = "") -> str:
-    threads_line = (
-        f'parameters {{ key: "{model.thread_parameter}" value: {{ string_value: "{threads}" }} }}\n'
-        if threads
-        else ""
+    parameters = list(model.parameters)
+    if threads and model.thread_parameter:
+        parameters.append((model.thread_parameter, str(threads)))
+    threads_line = "".join(
+        f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+        for key, value in parameters
     )
     return (
         f'backend: "{model.backend}"\nmax_batch_size: {MAX_BATCH_SIZE}\n'
@@ -113,9 +185,19 @@ def _config(model: FrameworkModel, threads: int, io: str = "") -> str:
     )
 
 
+def _io(model: FrameworkModel) -> str:
+    return textwrap.dedent(
+        f"""\
+        input [ {{ name: "{model.input}" data_type: TYPE_FP32 dims: [ {model.size[0]} ] }} ]
+        output [ {{ name: "{model.output}" data_type: TYPE_FP32 dims: [ {model.size[2]} ] }} ]
+        """
+    )
+
+
 def build_repository(folder: Path, backends: Iterable[str], threads: int = THREADS) -> Path:
-    """A fresh model repository under ``folder`` with the MLP for each of ``backends``."""
-    fm, size = framework_models(), mlp_size()
+    """A fresh model repository under ``folder`` with the MLP for each of ``backends`` (keys
+    of MODELS)."""
+    fm = framework_models()
     if folder.exists():
         shutil.rmtree(folder)
     repository = folder / "repository"
@@ -123,12 +205,21 @@ def build_repository(folder: Path, backends: Iterable[str], threads: int = THREA
     backends = list(backends)
     onnx_file = None
     if "onnxruntime" in backends or "openvino" in backends:
-        onnx_file = fm.write_onnx_mlp(folder / "source" / "model.onnx", size)
+        onnx_file = fm.write_onnx_mlp(folder / "source" / "model.onnx", mlp_size())
     for backend in backends:
         model = MODELS[backend]
+        size = mlp_size(model)
         target = repository / model.name
         io = ""
-        if backend == "onnxruntime":
+        if model.backend == "python":
+            (target / "1").mkdir(parents=True)
+            (target / "1" / "model.py").write_text(NUMPY_MODEL)
+            np.savez(target / "1" / "weights.npz", **fm.mlp_weights(size))
+            io = _io(model)
+        elif backend == "onnxruntime-large":
+            (target / "1").mkdir(parents=True)
+            fm.write_onnx_mlp(target / "1" / "model.onnx", size)
+        elif backend == "onnxruntime":
             assert onnx_file is not None
             (target / "1").mkdir(parents=True)
             shutil.copyfile(onnx_file, target / "1" / "model.onnx")
@@ -136,12 +227,7 @@ def build_repository(folder: Path, backends: Iterable[str], threads: int = THREA
             with warnings.catch_warnings():  # torch 2.10+: "torch.jit.script is deprecated"
                 warnings.simplefilter("ignore", FutureWarning)
                 fm.write_torch_mlp(target / "1" / "model.pt", size)
-            io = textwrap.dedent(
-                f"""\
-                input [ {{ name: "{model.input}" data_type: TYPE_FP32 dims: [ {size.in_features} ] }} ]
-                output [ {{ name: "{model.output}" data_type: TYPE_FP32 dims: [ {size.out_features} ] }} ]
-                """  # noqa: E501
-            )
+            io = _io(model)
         else:
             assert onnx_file is not None
             fm.write_openvino_mlp(onnx_file, target / "1" / "model.xml")
@@ -153,7 +239,15 @@ def raw_runner(backend: str, repository: Path, threads: int = THREADS) -> Callab
     """The framework's own call on a batch, with the options the served model has."""
     model = MODELS[backend]
     model_dir = repository / model.name / "1"
-    if backend == "onnxruntime":
+    if model.backend == "python":  # the model's numpy, on the whole batch at once
+        with contextlib.suppress(ImportError):  # one BLAS thread, as in the served model
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(1)
+        weights = np.load(model_dir / "weights.npz")
+        w1, b1, w2, b2 = (weights[k] for k in ("W1", "b1", "W2", "b2"))
+        return lambda x: np.maximum(x @ w1 + b1, 0) @ w2 + b2
+    if model.backend == "onnxruntime":
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -252,7 +346,12 @@ def raw_mixes(
     runs = [{size: count for size, count in batches.items() if count} for batches in runs]
     sizes = sorted({size for batches in runs for size in batches})
     raw_by_size = (
-        raw_throughputs(raw_runner(backend, repository, threads), sizes, seconds_per_size)
+        raw_throughputs(
+            raw_runner(backend, repository, threads),
+            sizes,
+            seconds_per_size,
+            features=MODELS[backend].size[0],
+        )
         if sizes
         else {}
     )

@@ -80,21 +80,24 @@ def write_repository(root: Path) -> None:
     (root / MODEL / "1" / "model.py").write_text(MODEL_SOURCE)
 
 
-def stream_once(connection: http.client.HTTPConnection, body: bytes) -> tuple[int, float, float]:
-    """(events, seconds to the first, seconds to the end) of one /generate_stream request."""
+def stream_once(
+    connection: http.client.HTTPConnection, path: str, body: bytes
+) -> tuple[int, float, float]:
+    """(events, seconds to the first, seconds to the end) of one event-stream request to
+    ``path``; an OpenAI stream's closing ``data: [DONE]`` is not counted."""
     started = time.perf_counter()
     connection.request(
         "POST",
-        f"/v2/models/{MODEL}/generate_stream",
+        path,
         body,
         {"Content-Type": "application/json", "Accept": "text/event-stream"},
     )
     response = connection.getresponse()
     if response.status != 200:
-        raise RuntimeError(f"generate_stream answered {response.status}: {response.read()!r}")
+        raise RuntimeError(f"{path} answered {response.status}: {response.read()!r}")
     events, first = 0, 0.0
     while line := response.readline():
-        if line.startswith(b"data: "):
+        if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
             if b'"error"' in line:
                 raise RuntimeError(f"error event: {line!r}")
             events += 1
@@ -103,8 +106,18 @@ def stream_once(connection: http.client.HTTPConnection, body: bytes) -> tuple[in
     return events, first, time.perf_counter() - started
 
 
-def measure(server: str, http_port: int, concurrency: int, seconds: float) -> Cell:
-    body = json.dumps({"text_input": "go", "count": TOKENS}).encode()
+def measure(
+    server: str,
+    port: int,
+    concurrency: int,
+    seconds: float,
+    *,
+    path: str = f"/v2/models/{MODEL}/generate_stream",
+    body: bytes = json.dumps({"text_input": "go", "count": TOKENS}).encode(),
+    expected_events: int = TOKENS,
+) -> Cell:
+    """``concurrency`` clients streaming ``path`` for ``seconds``, each request checked to
+    bring ``expected_events`` events."""
     firsts: list[float] = []
     totals: list[float] = []
     tokens = [0]
@@ -112,12 +125,12 @@ def measure(server: str, http_port: int, concurrency: int, seconds: float) -> Ce
     deadline = time.perf_counter() + seconds
 
     def client() -> None:
-        connection = http.client.HTTPConnection(LOOPBACK, http_port, timeout=60)
+        connection = http.client.HTTPConnection(LOOPBACK, port, timeout=60)
         try:
             while time.perf_counter() < deadline:
-                events, first, total = stream_once(connection, body)
-                if events != TOKENS:
-                    raise RuntimeError(f"{events} events, expected {TOKENS}")
+                events, first, total = stream_once(connection, path, body)
+                if events != expected_events:
+                    raise RuntimeError(f"{events} events, expected {expected_events}")
                 with lock:
                     tokens[0] += events
                     firsts.append(first)
@@ -125,7 +138,7 @@ def measure(server: str, http_port: int, concurrency: int, seconds: float) -> Ce
         finally:
             connection.close()
 
-    stream_once(http.client.HTTPConnection(LOOPBACK, http_port, timeout=60), body)  # warm up
+    stream_once(http.client.HTTPConnection(LOOPBACK, port, timeout=60), path, body)  # warm up
     started = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
     for thread in threads:
@@ -153,16 +166,29 @@ def run(servers: list[str], concurrencies: list[int], seconds: float, out: Path)
             with serve(server, repository, out, ready_model=MODEL) as (http_port, _):
                 for concurrency in concurrencies:
                     cell = measure(server, http_port, concurrency, seconds)
-                    print(
-                        f"{server:6} c={concurrency}: {cell.tokens_per_s:9.0f} tokens/s, "
-                        f"first token {cell.first_token_ms_p50:6.2f} ms, "
-                        f"request {cell.request_ms_p50:7.2f} ms ({cell.requests} requests)",
-                        flush=True,
-                    )
+                    print(progress(cell), flush=True)
                     cells.append(cell)
     finally:
         shutil.rmtree(repository, ignore_errors=True)
     return cells
+
+
+def progress(cell: Cell, unit: str = "token") -> str:
+    """One measured cell, as the run prints it."""
+    return (
+        f"{cell.server:6} c={cell.concurrency}: {cell.tokens_per_s:9.0f} {unit}s/s, "
+        f"first {unit} {cell.first_token_ms_p50:6.2f} ms, "
+        f"request {cell.request_ms_p50:7.2f} ms ({cell.requests} requests)"
+    )
+
+
+def table_rows(cells: list[Cell]) -> list[str]:
+    """The report's rows: label, concurrency, requests, per second, first, request."""
+    return [
+        f"| {c.server} | {c.concurrency} | {c.requests} | {c.tokens_per_s:.0f} | "
+        f"{c.first_token_ms_p50:.2f} | {c.request_ms_p50:.2f} |"
+        for c in cells
+    ]
 
 
 def report(cells: list[Cell]) -> str:
@@ -172,11 +198,7 @@ def report(cells: list[Cell]) -> str:
         "| server | concurrency | requests | tokens/s | first token p50 (ms) | request p50 (ms) |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {c.server} | {c.concurrency} | {c.requests} | {c.tokens_per_s:.0f} | "
-        f"{c.first_token_ms_p50:.2f} | {c.request_ms_p50:.2f} |"
-        for c in cells
-    ]
+    lines += table_rows(cells)
     by = {(c.server, c.concurrency): c for c in cells}
     ratios = [
         f"| {n} | {by['ours', n].tokens_per_s / by['triton', n].tokens_per_s:.2f} |"

@@ -16,7 +16,7 @@ from bench.results import Measurement, RunResults
 from bench.servers import LABELS
 from bench.toolbox import SERVER_KEYS
 
-COLORS = {"ours": "#1f77b4", "triton": "#76b900", "kserve": "#d62728"}
+COLORS = {"ours": "#1f77b4", "triton": "#76b900", "kserve": "#d62728", "floor": "#7f7f7f"}
 THROUGHPUT_PNG = "throughput_vs_concurrency.png"
 LATENCY_PNG = "latency_percentiles.png"
 

@@ -20,7 +20,7 @@ from bench.results import (
     RunResults,
 )
 from bench.scenarios import HTTP_BINARY, SMALL
-from bench.servers import KSERVE, LABELS, OURS, TRITON
+from bench.servers import FLOOR, KSERVE, LABELS, OURS, TRITON
 from bench.toolbox import SERVER_KEYS
 
 TABLE_HEADER_START = "| scenario | client | conc |"
@@ -98,7 +98,7 @@ def _client_text(measurement: Measurement, windows: int) -> str:
 
 def throughput_table(results: RunResults, notes: _Notes) -> list[str]:
     servers = _servers(results)
-    others = [key for key in (TRITON, KSERVE) if key in servers and OURS in servers]
+    others = [key for key in (TRITON, KSERVE, FLOOR) if key in servers and OURS in servers]
     header = ["scenario", "client", "conc"]
     for key in servers:
         header += [f"{LABELS[key]} inf/s", f"{LABELS[key]} p50 / p99 ms"]
@@ -137,7 +137,7 @@ def cost_table(results: RunResults, notes: _Notes) -> list[str]:
     servers = _servers(results)
     header = ["scenario", "client", "conc"]
     header += [f"{LABELS[key]} CPU µs/req" for key in servers]
-    header += [f"{LABELS[key]} avg batch" for key in servers if key != KSERVE]
+    header += [f"{LABELS[key]} avg batch" for key in servers if key not in (KSERVE, FLOOR)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     windows = int(results.info.get("windows", 3))
     for group in _groups(results):
@@ -151,7 +151,7 @@ def cost_table(results: RunResults, notes: _Notes) -> list[str]:
             else:
                 cells.append(_number(measurement.cpu_us_per_request()))
         for key, measurement in zip(servers, found, strict=True):
-            if key == KSERVE:
+            if key in (KSERVE, FLOOR):
                 continue
             batch = measurement.average_batch() if measurement and measurement.windows else None
             cells.append(_number(batch, 2))

@@ -46,6 +46,7 @@ from bench.scenarios import (
     Scenario,
 )
 from bench.servers import (
+    FLOOR,
     KSERVE,
     KSERVE_NO_BATCHER,
     LABELS,
@@ -65,6 +66,7 @@ RAW_SECONDS_PER_BATCH_SIZE = 0.5  # framework scenarios: raw loop time per batch
 NO_FRAMEWORK_BACKENDS = {
     TRITON: "the real Triton's PyPI build (nvidia-pytriton) has no onnxruntime or pytorch backend",
     KSERVE: "the KServe peer serves only the identity model (bench/peers)",
+    FLOOR: "the floor answers only the identity model's requests",
 }
 IDLE_PROBE_S, IDLE_CPU, IDLE_WAIT_S = 0.1, 0.2, 20.0
 

@@ -23,15 +23,22 @@ PROTOCOLS = (HTTP_BINARY, HTTP_JSON, GRPC, SHM_SYSTEM)
 PERF_ANALYZER = "perf_analyzer"
 HTTP_LOAD = "http-load"  # the common HTTP load generator: wrk, or the Python one without wrk
 
-SMALL, LARGE = 16, 1 << 20
+SMALL, MEDIUM, LARGE = 16, 1 << 16, 1 << 20
 
 # The framework scenarios' MLP (bench.frameworks): FP32, in -> hidden -> out features.
 MLP_IN_FEATURES, MLP_HIDDEN, MLP_OUT_FEATURES = 256, 1024, 256
 ONNX, TORCHSCRIPT = "onnxruntime", "pytorch"  # the backends, as bench.frameworks.MODELS names them
-# backend -> (scenario key prefix, title prefix)
+# More models of bench.frameworks.MODELS: the compute-bound MLP (1024 -> 4096 -> 1024), the
+# MLP in numpy in a Python model, per request (the list API) and per batch (BATCHED_EXECUTE).
+ONNX_LARGE, NUMPY, NUMPY_BATCHED = "onnxruntime-large", "python-numpy", "python-numpy-batched"
+LARGE_MLP_IN_FEATURES = 1024
+# model key -> (scenario key prefix, title prefix)
 FRAMEWORK_LABELS = {
     ONNX: ("onnx-mlp", "ONNX MLP"),
     TORCHSCRIPT: ("torchscript-mlp", "TorchScript MLP"),
+    ONNX_LARGE: ("onnx-mlp-large", "ONNX MLP 1024-4096-1024"),
+    NUMPY: ("numpy-mlp", "Python numpy MLP"),
+    NUMPY_BATCHED: ("numpy-mlp-batched", "Python numpy MLP BATCHED_EXECUTE"),
 }
 
 
@@ -90,6 +97,9 @@ DEFAULT = Preset(
         Scenario(LARGE, HTTP_JSON, (1,), (HTTP_LOAD,), http_window_s=5),
         Scenario(LARGE, GRPC, (1, 8), (PERF_ANALYZER,), pa_window_ms=1000),
         Scenario(LARGE, SHM_SYSTEM, (1, 8), (PERF_ANALYZER,), pa_window_ms=1000),
+        # 256 KiB per request: between the per-request overhead and the copies.
+        Scenario(MEDIUM, HTTP_BINARY, (8,), (PERF_ANALYZER,)),
+        Scenario(MEDIUM, SHM_SYSTEM, (8,), (PERF_ANALYZER,)),
         # The batcher only matters with requests in flight together.
         Scenario(SMALL, HTTP_BINARY, (8, 64), _BOTH, dynamic_batching=True),
         # Framework backends (pytriton-core only), served vs the framework's raw loop.
@@ -103,6 +113,28 @@ DEFAULT = Preset(
                 backend=backend,
             )
             for backend in (ONNX, TORCHSCRIPT)
+        ),
+        # Compute-bound: served vs raw at the same batch sizes.
+        Scenario(
+            LARGE_MLP_IN_FEATURES,
+            HTTP_BINARY,
+            (16,),
+            (PERF_ANALYZER,),
+            dynamic_batching=True,
+            backend=ONNX_LARGE,
+            pa_window_ms=2000,
+        ),
+        # A Python model's batch: the list API vs one stacked request (BATCHED_EXECUTE).
+        *(
+            Scenario(
+                MLP_IN_FEATURES,
+                HTTP_BINARY,
+                (64,),
+                (PERF_ANALYZER,),
+                dynamic_batching=True,
+                backend=backend,
+            )
+            for backend in (NUMPY, NUMPY_BATCHED)
         ),
     ),
     raw_batch_sizes=(1, 8),

@@ -25,14 +25,14 @@ from pathlib import Path
 
 from bench import procstats
 from bench.payloads import MODEL_NAME
-from bench.toolbox import KSERVE_PEER_SCRIPT, SERVER_KEYS, Toolbox
+from bench.toolbox import FLOOR_SCRIPT, KSERVE_PEER_SCRIPT, SERVER_KEYS, Toolbox
 
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 180.0  # KServe's imports alone take ~10 s on a busy 2-core machine
 STOP_TIMEOUT_S = 15.0
 
-OURS, TRITON, KSERVE = SERVER_KEYS
-LABELS = {OURS: "pytriton-core", TRITON: "Triton", KSERVE: "KServe"}
+OURS, TRITON, KSERVE, FLOOR = SERVER_KEYS
+LABELS = {OURS: "pytriton-core", TRITON: "Triton", KSERVE: "KServe", FLOOR: "floor"}
 KSERVE_NO_BATCHER = "KServe's ModelServer has no server-side dynamic batcher"
 
 
@@ -209,6 +209,15 @@ def _triton_command(start: Path, repository: Path, http_port: int, grpc_port: in
     ]
 
 
+def _floor_command(http_port: int, grpc_port: int) -> list[str]:
+    return [
+        sys.executable,
+        str(FLOOR_SCRIPT),
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+    ]
+
+
 def _kserve_command(python: Path, http_port: int) -> list[str]:
     return [str(python), str(KSERVE_PEER_SCRIPT), f"--http-port={http_port}"]
 
@@ -219,6 +228,8 @@ def _version(key: str, server: RunningServer, tools: Toolbox) -> str:
             return metadata.version("pytriton-core")
         except metadata.PackageNotFoundError:
             return "?"
+    if key == FLOOR:
+        return "—"
     if key == TRITON:
         status, body = http_get(server.http_url, "/v2")
         with contextlib.suppress(ValueError, KeyError, TypeError):
@@ -258,6 +269,14 @@ def _capabilities(key: str, server: RunningServer) -> Capabilities:
             dynamic_batching=KSERVE_NO_BATCHER,
             statistics=statistics,
         )
+    if key == FLOOR:
+        return Capabilities(
+            grpc=None,
+            system_shared_memory="the floor answers over the socket only",
+            perf_analyzer=None,
+            dynamic_batching=None,  # it batches nothing: the same fixed answers
+            statistics=False,
+        )
     grpc = None
     if key == OURS and not ours_has_grpc():
         grpc = "pytriton-core has no gRPC front end yet"
@@ -288,6 +307,8 @@ def run_server(
     elif key == TRITON:
         assert tools.real_triton_start.path is not None
         command = _triton_command(tools.real_triton_start.path, repository, http_port, grpc_port)
+    elif key == FLOOR:
+        command = _floor_command(http_port, grpc_port)
     else:
         assert tools.kserve_python.path is not None
         command = _kserve_command(tools.kserve_python.path, http_port)

@@ -13,7 +13,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-SERVER_KEYS = ("ours", "triton", "kserve")  # this project, the real Triton, the Python peer
+# This project, the real Triton, the Python peer, and the floor (bench/peers/floor_server.py:
+# the same requests answered at no cost: bare httptools and grpc.aio on uvloop).
+SERVER_KEYS = ("ours", "triton", "kserve", "floor")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE = REPO_ROOT / ".cache"
 BENCH_VENV = CACHE / "bench-venv"
@@ -24,6 +26,7 @@ PERF_ANALYZER_INSTALLER = REPO_ROOT / "tools" / "install-perf-analyzer.sh"
 REAL_TRITON_TOOL = REPO_ROOT.parent / "shared" / "tools" / "real-triton"
 KSERVE_PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "kserve_identity.py"
 KSERVE_REQUIREMENT = "kserve==0.21.0"
+FLOOR_SCRIPT = Path(__file__).resolve().parent / "peers" / "floor_server.py"
 
 
 def real_triton_home() -> Path:

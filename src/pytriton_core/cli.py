@@ -29,6 +29,7 @@ from pytriton_core.cli_workers import (
 from pytriton_core.errors import ServerError
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.options import (
+    OPENAI_EXAMPLE_MODELS,
     CompressionLevel,
     GrpcOptions,
     MemoryOptions,
@@ -93,6 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
     add("--http-address", default="0.0.0.0")
     add("--http-port", type=int, default=8000)
     add("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES")
+    # Not tritonserver's (its OpenAI front end is a process of its own, with --openai-port):
+    # the same API on a port of this server (docs/openai.md).
+    add(
+        "--allow-openai",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve the OpenAI-compatible API (/v1/...) on a port of its own",
+    )
+    add("--openai-address", default=None, help="default: the HTTP address")
+    add("--openai-port", type=int, default=None, help="default: 9000")
     add("--allow-grpc", type=_bool, default=True, metavar="BOOL")
     add("--grpc-address", default="0.0.0.0")
     add("--grpc-port", type=int, default=8001)
@@ -255,7 +267,17 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         backend_config.setdefault(backend, {})[key] = value
     # A folder given twice (--model-repository and --model-store, say) is one repository,
     # as in tritonserver, which keeps them in a set.
-    given = args.model_repository or [bundled_repository()]
+    if not args.allow_openai:
+        for flag in ("openai_address", "openai_port"):
+            if getattr(args, flag) is not None:
+                name = "--" + flag.replace("_", "-")
+                raise SystemExit(
+                    f"error: {name} is for the OpenAI front end: add --allow-openai=true"
+                )
+    given = args.model_repository or [
+        bundled_repository(),
+        *([bundled_repository(OPENAI_EXAMPLE_MODELS)] if args.allow_openai else []),
+    ]
     repositories = tuple({path.resolve(): path for path in given}.values())
     for repository in repositories:
         if not repository.is_dir():
@@ -267,6 +289,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         http_address=args.http_address,
         http_port=args.http_port,
         http_max_input_size=args.http_max_input_size,
+        allow_openai=args.allow_openai,
+        openai_address=args.openai_address,
+        openai_port=ServerOptions.openai_port if args.openai_port is None else args.openai_port,
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,

@@ -8,18 +8,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+# The example repositories in examples/ that wheels carry: the one served when no
+# --model-repository is given, and the OpenAI front end's models, served beside it then
+# when that front end is on.
+EXAMPLE_MODELS = "model_repository"
+OPENAI_EXAMPLE_MODELS = "openai_models"
 
-def bundled_repository() -> Path:
-    """The example repository served when no --model-repository is given.
+
+def bundled_repository(name: str = EXAMPLE_MODELS) -> Path:
+    """An example repository served when no --model-repository is given.
 
     Wheels carry a copy under ``_bundled/`` (setup.py puts it there); a source checkout
-    (editable install) serves ``examples/model_repository`` itself.
+    (editable install) serves ``examples/<name>`` itself.
     """
     package_dir = Path(__file__).resolve().parent
-    packaged = package_dir / "_bundled" / "model_repository"
+    packaged = package_dir / "_bundled" / name
     if packaged.is_dir():
         return packaged
-    return package_dir.parents[1] / "examples" / "model_repository"
+    return package_dir.parents[1] / "examples" / name
 
 
 class ModelControlMode(enum.Enum):
@@ -262,6 +268,12 @@ class ServerOptions:
     # --http-header-forward-pattern: headers whose names match reach the model as request
     # parameters; None: none do.
     http_header_forward_pattern: str | None = None
+
+    # The OpenAI-compatible front end (frontends/openai, docs/openai.md): a listener of its
+    # own with the HTTP settings above; off unless asked for.
+    allow_openai: bool = False
+    openai_address: str | None = None  # None: the HTTP address
+    openai_port: int = 9000
 
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"

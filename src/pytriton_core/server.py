@@ -11,6 +11,7 @@ from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.errors import InternalError
 from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
+from pytriton_core.frontends.openai import openai_router
 from pytriton_core.inference.response_cache import ResponseCache
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager
@@ -77,10 +78,12 @@ class ServerRuntime:
         self.log_control = LogControl(options.log)
         self._http: HttpFrontend | None = None
         self._grpc: GrpcFrontend | None = None
+        self._openai: HttpFrontend | None = None  # the OpenAI-compatible API's listener
         self._service: InferenceService | None = None
         self._manager: ModelManager | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.openai_port: int | None = None
         self.metrics_port: int | None = None
         self._poller: asyncio.Task[None] | None = None
         self._tracer: TraceManager | None = None
@@ -161,6 +164,12 @@ class ServerRuntime:
             self.http_port = await self._http.start(
                 self.options.http_address, self.options.http_port
             )
+        if self.options.allow_openai:
+            router = openai_router(self._service)
+            self._openai = HttpFrontend(self._service, router, name="OpenAIService")
+            self.openai_port = await self._openai.start(
+                self.options.openai_address or self.options.http_address, self.options.openai_port
+            )
         if self.options.allow_grpc:
             self._grpc = GrpcFrontend(self._service)
             self.grpc_port = await self._grpc.start(
@@ -225,6 +234,8 @@ class ServerRuntime:
         clean = not manager.in_flight()
         if self._http is not None:
             await self._http.stop(max(0.0, deadline - loop.time()))
+        if self._openai is not None:
+            await self._openai.stop(max(0.0, deadline - loop.time()))
         if self._grpc is not None:
             await self._grpc.stop(max(0.0, deadline - loop.time()))
         if self._metrics_endpoint is not None:

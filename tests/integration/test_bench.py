@@ -252,6 +252,9 @@ def test_scenarios_are_selected_by_key() -> None:
     assert [s.key for s in framework] == [
         "onnx-mlp-256-http-binary-dynbatch",
         "torchscript-mlp-256-http-binary-dynbatch",
+        "onnx-mlp-large-1Ki-http-binary-dynbatch",
+        "numpy-mlp-256-http-binary-dynbatch",
+        "numpy-mlp-batched-256-http-binary-dynbatch",
     ]
     assert all(s.backend and s.dynamic_batching for s in framework)
     assert not select(DEFAULT, ("no-such-scenario",)).scenarios
@@ -260,9 +263,33 @@ def test_scenarios_are_selected_by_key() -> None:
 def test_cuda_shm_bench_runs_its_non_cuda_modes_on_the_cpu(tmp_path: Path) -> None:
     """bench.cuda_shm runs on GPU machines (tools/gpu-checks.sh); ``--kind cpu`` keeps its
     socket and system shared-memory modes, the report and the output check running here."""
-    command = [sys.executable, "-m", "bench.cuda_shm", "--kind", "cpu", "--seconds", "0.3"]
+    run_bench("bench.cuda_shm", "--kind", "cpu", "--seconds", "0.3", "--out", str(tmp_path))
+    rows = json.loads((tmp_path / "cuda_shm.json").read_text())
+    assert [r["mode"] for r in rows] == ["http-binary", "grpc", "http-system-shm"]
+    assert all(r["inferences"] > 0 for r in rows)
+    assert "| http-system-shm |" in (tmp_path / "cuda_shm.md").read_text()
+
+
+def test_openai_stream_bench_counts_every_chunk(tmp_path: Path) -> None:
+    """bench.openai_stream checks each request's chunk count itself (and fails on a wrong
+    one); a short run shows every endpoint measured at both concurrencies."""
+    run_bench(
+        "bench.openai_stream", "--seconds", "0.3", "--concurrency", "1,2", "--out", str(tmp_path)
+    )
+    rows = json.loads((tmp_path / "openai_stream.json").read_text())
+    assert [(r["server"], r["concurrency"]) for r in rows] == [
+        (endpoint, concurrency)
+        for endpoint in ("chat", "completions", "generate_stream")
+        for concurrency in (1, 2)
+    ]
+    assert all(r["requests"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+    assert "| chat | 1 |" in (tmp_path / "openai_stream.md").read_text()
+
+
+def run_bench(module: str, *args: str) -> None:
+    """``python -m <module> <args>`` from the checkout, which must succeed."""
     result = subprocess.run(
-        [*command, "--out", str(tmp_path)],
+        [sys.executable, "-m", module, *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -270,7 +297,3 @@ def test_cuda_shm_bench_runs_its_non_cuda_modes_on_the_cpu(tmp_path: Path) -> No
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    rows = json.loads((tmp_path / "cuda_shm.json").read_text())
-    assert [r["mode"] for r in rows] == ["http-binary", "grpc", "http-system-shm"]
-    assert all(r["inferences"] > 0 for r in rows)
-    assert "| http-system-shm |" in (tmp_path / "cuda_shm.md").read_text()

@@ -53,6 +53,37 @@ class TritonPythonModel:
         return responses
 """
 
+# Answers INPUT0 + INPUT1 and INPUT0 - INPUT1 itself, or, given the request parameter
+# "target", through that model (BLS): a model that calls the server only now and then.
+SOMETIMES_CALLER = """
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+            target = json.loads(request.parameters()).get("target")
+            if target is None:
+                x, y = a.as_numpy(), b.as_numpy()
+                outputs = [pb_utils.Tensor("OUTPUT0", x + y), pb_utils.Tensor("OUTPUT1", x - y)]
+                responses.append(pb_utils.InferenceResponse(outputs))
+                continue
+            call = pb_utils.InferenceRequest(
+                model_name=target, requested_output_names=["OUTPUT0", "OUTPUT1"], inputs=[a, b]
+            )
+            answer = call.exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=answer.error()))
+            else:
+                responses.append(pb_utils.InferenceResponse(answer.output_tensors()))
+        return responses
+"""
+
 RAISING = """
 class TritonPythonModel:
     def execute(self, requests):
@@ -271,6 +302,7 @@ def _repository(root: Path) -> None:
     write_python(root, "add_sub", ADD_SUB, ADD_SUB_CONFIG)
     write_python(root, "raising", RAISING, ADD_SUB_CONFIG)
     write_python(root, "caller", CALLER, ADD_SUB_CONFIG)
+    write_python(root, "sometimes_caller", SOMETIMES_CALLER, ADD_SUB_CONFIG)
     write_python(
         root,
         "gather",
@@ -310,6 +342,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             "add_sub",
             "raising",
             "caller",
+            "sometimes_caller",
             "gather",
             "rendezvous",
             "repeat",
@@ -345,6 +378,21 @@ def test_exec_runs_the_target_model(
     client: Any = http if protocol == "http" else grpc
     inputs, a, b = _pair(module)
     result = client.infer("caller", inputs, parameters={"target": "add_sub"})
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def test_a_model_that_calls_now_and_then_after_many_short_executions(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    """Lone requests to a short Python model may execute on the event loop; one whose
+    code calls the server must not (its ``exec`` waits for the loop): after many short
+    executions, its call is still answered."""
+    inputs, a, b = _pair(httpclient)
+    for _ in range(12):
+        result = http.infer("sometimes_caller", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    result = http.infer("sometimes_caller", inputs, parameters={"target": "add_sub"})
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 

@@ -187,3 +187,29 @@ def test_workers_count() -> None:
     for bad in ("0", "-1", "many"):
         with pytest.raises(SystemExit):
             parser.parse_args([f"--workers={bad}"])
+
+
+def test_the_openai_flags_set_their_options_and_need_allow_openai() -> None:
+    options = _parse("--allow-openai=true", "--openai-port=9100", "--openai-address=127.0.0.1")
+    assert (options.allow_openai, options.openai_port, options.openai_address) == (  # type: ignore[attr-defined]
+        True,
+        9100,
+        "127.0.0.1",
+    )
+    assert _parse().openai_port == 9000  # type: ignore[attr-defined]
+    for flag in ("--openai-port=9100", "--openai-address=127.0.0.1"):
+        with pytest.raises(SystemExit) as exit_info:
+            _parse(flag)
+        name = flag.split("=")[0]
+        assert exit_info.value.code == (
+            f"error: {name} is for the OpenAI front end: add --allow-openai=true"
+        )
+
+
+def test_allow_openai_adds_the_bundled_openai_models_to_the_default_repository() -> None:
+    def repositories(*argv: str) -> list[str]:
+        options = options_from_args(build_parser().parse_args(list(argv)))
+        return [path.name for path in options.model_repositories]  # type: ignore[attr-defined]
+
+    assert repositories() == ["model_repository"]
+    assert repositories("--allow-openai=true") == ["model_repository", "openai_models"]

@@ -36,6 +36,9 @@ backend: "python"
 max_batch_size: 0
 input [ { name: "INPUT0", data_type: TYPE_INT32, dims: [ -1 ] } ]
 output [ { name: "OUTPUT0", data_type: TYPE_INT32, dims: [ -1 ] } ]
+# In its thread: a request then stays in flight across loop turns, as these tests need (a
+# lone request may otherwise be answered on the loop before its handler first yields).
+parameters: { key: "EXECUTE_ON_EVENT_LOOP" value: { string_value: "no" } }
 """
 ECHO_MODEL = """
 import triton_python_backend_utils as pb_utils

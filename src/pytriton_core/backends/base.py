@@ -121,6 +121,15 @@ class BackendInstance(abc.ABC):
 
 class BackendModel(abc.ABC):
     decoupled: bool = False
+    # True when executions hold the GIL throughout and wait on nothing the event loop
+    # delivers: short ones may then run on the loop (runtime/instance.py). Backends whose
+    # frameworks release the GIL keep their threads, which run beside the loop.
+    loop_execution: bool = False
+
+    def healthy(self) -> bool:
+        """Whether every instance can run requests now (false while a Python model's worker
+        process is being restarted): the model is reported not ready meanwhile."""
+        return True
 
     @abc.abstractmethod
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:

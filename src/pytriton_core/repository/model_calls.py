@@ -26,6 +26,13 @@ _T = TypeVar("_T")
 EXPLICIT_ONLY = "explicit model load / unload is not allowed if polling is enabled"
 
 
+# Refusal of a BLS request made on the server's event loop thread.
+BLS_ON_LOOP = (
+    "a BLS request cannot be made from the server's event loop thread (it would wait on "
+    "the loop it blocks); model code that calls models runs on its instance's thread"
+)
+
+
 class InProcessCalls:
     """``ServerCalls`` over a repository manager and its event loop."""
 
@@ -49,6 +56,12 @@ class InProcessCalls:
         return True
 
     def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
+        if _on_loop(self._loop):
+            # The caller would block the loop that has to run the request and bring its
+            # answer back: a deadlock. Model code that calls models must run on instance
+            # threads (or its model's own loop), never inline on the server's loop.
+            raise InternalError(BLS_ON_LOOP)
+
         def submit_on_loop() -> None:
             try:
                 self._manager.get(request.model_name, request.model_version).submit(request)

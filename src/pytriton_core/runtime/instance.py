@@ -1,4 +1,15 @@
-"""A model instance: one worker thread pulling batches from the model's scheduler."""
+"""A model instance: one worker thread pulling batches from the model's scheduler.
+
+A lone request may instead run on the event loop itself (``execute_inline``), which saves
+the two thread wake-ups it would cost (the rule and its figures: docs/architecture.md,
+"Where executions run"). The model asks for that only when its backend holds the GIL while
+it executes (``BackendModel.loop_execution``), nothing else is queued or executing, and
+no other request ran inline in this turn of the loop (those read in the same turn queue
+for the thread, where they batch), and the instance's last ``INLINE_AFTER`` executions each
+took under ``INLINE_BUDGET_NS``;
+one execution over the budget sends the next ones back to the thread until that many
+short ones have run there again.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +28,9 @@ from pytriton_core.scheduling.base import Retained, Scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
 
 log = logging.getLogger(__name__)
+
+INLINE_BUDGET_NS = 1_000_000  # an execution this short may run on the event loop ...
+INLINE_AFTER = 8  # ... once this many in a row were
 
 # The batch, then one response per request or the error that failed the whole execution,
 # the timing, and the requests the scheduler kept (re-queued) or answers with an error.
@@ -66,6 +80,8 @@ class ModelInstance:
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self.memory_usage: tuple[MemoryUsage, ...] = ()  # set once the backend instance exists
+        self._backend_instance: BackendInstance | None = None  # once warmed up
+        self._short_streak = 0  # executions in a row under INLINE_BUDGET_NS
         self._thread = threading.Thread(target=self._run, name=f"instance-{spec.name}", daemon=True)
 
     def start(self) -> None:
@@ -109,44 +125,75 @@ class ModelInstance:
         except Exception:
             log.exception("finalize failed for instance %s", self.spec.name)
 
+    @property
+    def inline_ready(self) -> bool:
+        """Whether a lone request may run on the loop now (see the module's rule)."""
+        return (
+            self._short_streak >= INLINE_AFTER
+            and self._backend_instance is not None
+            and self._rate_limit is None  # a rate-limited execution waits for its slot
+        )
+
+    def execute_inline(self, batch: list[InferenceRequest]) -> None:
+        """Execute ``batch`` on the calling thread (the event loop) and hand its outcome
+        to ``on_batch_done`` directly; only while the instance's thread is idle."""
+        assert self._backend_instance is not None
+        self._execute(self._backend_instance, batch, _call_now)
+
     def _serve(self, backend_instance: BackendInstance) -> None:
+        self._backend_instance = backend_instance
         scheduler = self._scheduler
         rate_limit = self._rate_limit
         while (batch := scheduler.next_batch(self.index)) is not None:
             if rate_limit is not None:
                 rate_limit.acquire()  # the wait counts as queueing, as in Triton
-            timing = ComputeTiming(start_ns=time.monotonic_ns())
-            if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
-                log.debug(
-                    "model %s, instance %s, executing %d requests",
-                    self._model_name,
-                    self.spec.name,
-                    len(batch),
-                )
-            responses: Sequence[InferenceResponse | None] | ServerError
-            try:
-                responses = backend_instance.execute(batch, timing)
-                if len(responses) != len(batch):
-                    raise InternalError(
-                        f"backend returned {len(responses)} responses for {len(batch)} requests"
-                    )
-            except ServerError as exc:
-                responses = exc
-            except Exception as exc:
-                log.exception("execute failed on instance %s", self.spec.name)
-                responses = InternalError(f"{type(exc).__name__}: {exc}")
-            timing.close()
-            # Before the next batch: a sequence's state and re-queued requests are settled
-            # in execution order.
-            retained: Retained
-            try:
-                retained = scheduler.completed(self.index, batch, responses)
-            except Exception:
-                log.exception("the scheduler failed to complete a batch of %s", self.spec.name)
-                retained = {}
-            if rate_limit is not None:  # after completed: requests it re-queued are work too
-                rate_limit.release(more_work=scheduler.pending_count() > 0)
-            self._schedule_on_loop(self._on_batch_done, batch, responses, timing, retained)
+            self._execute(backend_instance, batch, self._schedule_on_loop)
             # Keep nothing of a finished batch while waiting for the next one: its inputs
             # can be large, or views that hold a client's shared-memory region mapped.
-            del batch, responses, retained
+            del batch
+
+    def _execute(
+        self,
+        backend_instance: BackendInstance,
+        batch: list[InferenceRequest],
+        deliver: Callable[..., object],
+    ) -> None:
+        """Run one batch and hand its outcome to ``on_batch_done`` through ``deliver``."""
+        timing = ComputeTiming(start_ns=time.monotonic_ns())
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
+            log.debug(
+                "model %s, instance %s, executing %d requests",
+                self._model_name,
+                self.spec.name,
+                len(batch),
+            )
+        responses: Sequence[InferenceResponse | None] | ServerError
+        try:
+            responses = backend_instance.execute(batch, timing)
+            if len(responses) != len(batch):
+                raise InternalError(
+                    f"backend returned {len(responses)} responses for {len(batch)} requests"
+                )
+        except ServerError as exc:
+            responses = exc
+        except Exception as exc:
+            log.exception("execute failed on instance %s", self.spec.name)
+            responses = InternalError(f"{type(exc).__name__}: {exc}")
+        timing.close()
+        short = timing.end_ns - timing.start_ns < INLINE_BUDGET_NS
+        self._short_streak = self._short_streak + 1 if short else 0
+        # Before the next batch: a sequence's state and re-queued requests are settled
+        # in execution order.
+        retained: Retained
+        try:
+            retained = self._scheduler.completed(self.index, batch, responses)
+        except Exception:
+            log.exception("the scheduler failed to complete a batch of %s", self.spec.name)
+            retained = {}
+        if self._rate_limit is not None:  # after completed: requests it re-queued are work too
+            self._rate_limit.release(more_work=self._scheduler.pending_count() > 0)
+        deliver(self._on_batch_done, batch, responses, timing, retained)
+
+
+def _call_now(function: Callable[..., object], *args: object) -> None:
+    function(*args)

@@ -88,12 +88,17 @@ class Model:
         # /config endpoints); everything else reads ``spec``.
         self.config = config
         self.model_dir = model_dir
-        self.state = ModelState.LOADING
+        self.loaded_at = time.time()  # wall clock (the OpenAI model list's "created")
+        self._state = ModelState.LOADING
         self.stats = stats if stats is not None else ModelStatistics()
         self._loop = loop
         self._backend_model = backend_model
         self._scheduler = create_scheduler(spec, self._reject_threadsafe, model_dir)
         self._instances: list[ModelInstance] = []
+        # A lone request may execute on the loop (runtime/instance.py): this backend holds
+        # the GIL anyway, and the scheduler would hand a lone request over at once.
+        self._inline = backend_model.loop_execution and self._scheduler.dispatches_lone_at_once
+        self._inlined_this_turn = False
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
@@ -150,6 +155,17 @@ class Model:
         )
         self.state = ModelState.READY
 
+    @property
+    def state(self) -> ModelState:
+        """READY only while the backend can run requests (see ``BackendModel.healthy``)."""
+        if self._state is ModelState.READY and not self._backend_model.healthy():
+            return ModelState.UNAVAILABLE
+        return self._state
+
+    @state.setter
+    def state(self, value: ModelState) -> None:
+        self._state = value
+
     def _register_rate_limit(self, instance_spec: InstanceSpec) -> InstanceSlot | None:
         limiter = self._rate_limiter
         if limiter is None:
@@ -172,6 +188,26 @@ class Model:
             request.observer = ResponseCounter(self.stats, request.arrival_ns)
         if self._cache is not None and self._answer_from_cache(request):
             return
+        if (
+            self._inline
+            and not self._in_flight
+            and not self._inlined_this_turn
+            and self._backend_model.loop_execution  # a Python model may turn it off
+        ):
+            instance = self._instances[0]
+            if instance.inline_ready:
+                # Nothing queued or executing: the instance's thread is idle, and this
+                # request would be its next batch at once. Run it here, without the two
+                # thread wake-ups; its response is delivered before submit returns. Only
+                # one per loop turn: requests that came in the same turn (read after this
+                # one) queue for the thread, where they batch.
+                self._inlined_this_turn = True
+                self._loop.call_soon(self._new_turn)
+                self._in_flight += 1
+                if self._release_order is not None:
+                    self._release_order.append(request)
+                instance.execute_inline([request])
+                return
         try:
             self._scheduler.enqueue(request)
         except InvalidArgumentError:
@@ -255,6 +291,9 @@ class Model:
                 self.name,
             )
         self.stats.record_cache_miss(lookup_ns + insert_ns)
+
+    def _new_turn(self) -> None:
+        self._inlined_this_turn = False
 
     @property
     def in_flight(self) -> int:

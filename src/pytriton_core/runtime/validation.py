@@ -55,7 +55,8 @@ def validate_request(request: InferenceRequest, spec: ModelSpec) -> None:
             raise InvalidArgumentError(
                 f"unexpected inference input '{name}' for model '{model_name}'"
             )
-    missing = [n for n in required if n not in request.inputs]
+    # Every declared input given (the common case) leaves none missing.
+    missing = [n for n in required if n not in request.inputs] if given < len(declared) else []
     if missing:
         raise error(
             f"expected {len(required)} inputs but got {given} inputs for model "
@@ -90,9 +91,13 @@ def validate_request(request: InferenceRequest, spec: ModelSpec) -> None:
                     )
             dims = shape[1:]
             note = _BATCH_NOTE
-        if len(dims) != len(expected.dims) or any(
-            want != -1 and want != got for want, got in zip(expected.dims, dims, strict=True)
-        ):
+        mismatch = len(dims) != len(expected.dims)
+        if not mismatch:
+            for want, got in zip(expected.dims, dims, strict=True):
+                if want != -1 and want != got:
+                    mismatch = True
+                    break
+        if mismatch:
             raise error(
                 f"unexpected shape for input '{name}' for model '{model_name}'. "
                 f"Expected {_format_shape(spec.full_shape(expected))}, got {_format_shape(shape)}."

@@ -52,6 +52,11 @@ def no_reschedule_error(model: str) -> ServerError:
 
 
 class Scheduler(abc.ABC):
+    # True when a request that arrives with nothing else queued is handed to the next idle
+    # instance at once (no queue delay to wait for batch mates): the model may then run
+    # such a request without queueing it (runtime/instance.py, ``execute_inline``).
+    dispatches_lone_at_once: bool = False
+
     def start(self, instance_count: int) -> None:  # noqa: B027 - optional hook
         """Called once before the instances start pulling, with how many there are."""
 

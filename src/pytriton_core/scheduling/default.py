@@ -10,6 +10,8 @@ from pytriton_core.scheduling.base import Scheduler
 
 
 class DefaultScheduler(Scheduler):
+    dispatches_lone_at_once = True
+
     def __init__(self) -> None:
         # SimpleQueue: a C queue whose put wakes exactly one blocked worker thread.
         self._queue: queue.SimpleQueue[InferenceRequest | None] = queue.SimpleQueue()

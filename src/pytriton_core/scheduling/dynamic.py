@@ -93,6 +93,8 @@ class DynamicBatchScheduler(Scheduler):
     def __init__(self, settings: BatchingSettings, reject: RejectRequest) -> None:
         self._settings = settings
         self._reject = reject
+        # Without a queue delay a lone request leaves as a batch of its own at once.
+        self.dispatches_lone_at_once = settings.max_queue_delay_ns == 0
         self._levels = [
             _Level(settings.policies[level], deque(), deque())
             for level in sorted(settings.policies)

@@ -275,13 +275,15 @@ class EnsembleRun:
             if self.error is not None:
                 self._in_flight -= 1  # never submitted: the request has failed already
                 continue
+            # Active before it is submitted: a step may be answered within ``submit`` (a
+            # lone request to a short Python model executes on the loop).
+            self._active[id(call)] = call
             try:
                 self._submit(call)
             except ServerError as exc:
+                self._active.pop(id(call), None)
                 self._in_flight -= 1
                 self.fail(exc)
-            else:
-                self._active[id(call)] = call
 
     def _prepare_step(self, step: PlannedStep, iteration: int) -> StepCall:
         request = self.request

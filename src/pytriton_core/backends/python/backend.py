@@ -12,8 +12,10 @@ import contextlib
 import inspect
 import json
 import logging
+import re
 import sys
 import sysconfig
+import threading
 import time
 import traceback
 from collections.abc import Coroutine, Iterator, Sequence
@@ -30,12 +32,19 @@ from pytriton_core.backends.base import (
     InstanceSpec,
     ModelLocation,
 )
+from pytriton_core.backends.batching import Batch, BatchRunner
 from pytriton_core.backends.framework import flag
 from pytriton_core.backends.python import pb_utils
 from pytriton_core.backends.python.bls import BlsBridge, Caller, InstanceWaits
 from pytriton_core.backends.python.convert import from_pb_tensor, to_pb_tensor
 from pytriton_core.backends.python.model_imports import ModelImporter
 from pytriton_core.backends.python.model_loop import ModelLoop
+from pytriton_core.backends.python.process_env import ENV_PARAMETER, interpreter_for
+from pytriton_core.backends.python.process_instance import (
+    MODE_PARAMETER,
+    ProcessModel,
+    process_mode,
+)
 from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
 from pytriton_core.errors import (
     ErrorCode,
@@ -51,6 +60,20 @@ from pytriton_core.paths import confined_path
 log = logging.getLogger(__name__)
 
 MODULE_NAME = "triton_python_backend_utils"
+# Model parameters (docs/python-models.md): "no" keeps every execution in the instance's
+# thread; "yes" hands execute() one request holding the whole batch, stacked.
+EXECUTE_ON_LOOP = "EXECUTE_ON_EVENT_LOOP"
+BATCHED_EXECUTE = "BATCHED_EXECUTE"
+# A call of the server in model code (BLS, model management): such a model's executions
+# stay in its instance's thread, where they can wait for the loop to answer.
+_SERVER_CALL = re.compile(r"\b(?:exec|async_exec|load_model|unload_model|is_model_ready)\s*\(")
+
+
+def _asks_process_mode(cfg: Any) -> bool:
+    parameters = cfg.parameters
+    if ENV_PARAMETER in parameters:
+        return True
+    return MODE_PARAMETER in parameters and parameters[MODE_PARAMETER].string_value == "process"
 
 
 def _install_pb_utils() -> None:
@@ -102,13 +125,25 @@ def _import_model_module(path: Path, location: ModelLocation) -> tuple[ModuleTyp
 class PythonBackend(Backend):
     name = "python"
 
-    def __init__(self) -> None:
+    def __init__(self, worker_process: bool = False) -> None:
+        """``worker_process``: this is a model's worker process (process mode), which runs
+        the model in-process whatever its config asks."""
+        self._worker_process = worker_process
         # Which instances of this server's Python models wait on BLS answers (deadlocks).
         self._waits = InstanceWaits()
 
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
         cfg: Any = config
         path = _model_file(location, cfg.default_model_filename)
+        if _asks_process_mode(cfg) and not self._worker_process:
+            # Importing the model here would defeat the isolation (and its environment's
+            # packages are not the server's): its auto_complete_config is not called.
+            log.warning(
+                "model '%s' runs in process mode: its auto_complete_config (if any) is not "
+                "called; its config.pbtxt must be complete",
+                location.name,
+            )
+            return
         module, importer = _import_model_module(path, location)
         try:
             hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
@@ -130,6 +165,12 @@ class PythonBackend(Backend):
 
     def load_model(self, spec: ModelSpec, location: ModelLocation, config: Message) -> BackendModel:
         path = _model_file(location, spec.default_model_filename)
+        if process_mode(spec) and not self._worker_process:
+            if not path.is_file():
+                raise InternalError(f"Python model file not found in '{path}'")
+            interpreter = interpreter_for(spec.parameters.get(ENV_PARAMETER, ""), location)
+            model_config = json.dumps(config_to_json_dict(config))
+            return ProcessModel(spec, model_config, location, interpreter)
         module, importer = _import_model_module(path, location)
         try:
             return PythonModel(
@@ -165,6 +206,7 @@ class PythonModel(BackendModel):
         self._location = location
         self.decoupled = spec.decoupled
         self._output_names = list(spec.outputs)
+        self.input_types = {name: t.datatype.wire_name for name, t in spec.inputs.items()}
         # A sequence model's implicit-state outputs: kept for the sequence batcher.
         self.state_outputs = spec.state_outputs
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
@@ -172,6 +214,30 @@ class PythonModel(BackendModel):
         self.gpu_inputs = not flag(force_cpu, default=True)
         if not hasattr(module.TritonPythonModel, "execute"):
             raise InternalError(f"Python model {path} does not implement `execute` method.")
+        # A lone request's short execution may run on the event loop (the model holds the
+        # GIL anyway): not for decoupled models, which answer from threads of their own
+        # over time, nor async ones, which need a loop of their own, nor where the model's
+        # parameters say no (a model that waits on the server: a cancellation it polls).
+        # One stacked request per batch instead of one request each (beyond Triton).
+        self.batched = flag(spec.parameters.get(BATCHED_EXECUTE), default=False)
+        if self.batched and (not spec.batching or spec.decoupled):
+            raise ModelConfigError(
+                f"model '{spec.name}': parameter {BATCHED_EXECUTE} needs a batching model "
+                "(max_batch_size > 0) in the default (not decoupled) transaction policy"
+            )
+        self._spec = spec
+        # Nor for a model whose code calls the server (BLS waits for the loop to answer):
+        # its file names such a call, or a call was made (``server_called``).
+        self.loop_execution = (
+            flag(spec.parameters.get(EXECUTE_ON_LOOP), default=True)
+            and not self.decoupled
+            and not inspect.iscoroutinefunction(module.TritonPythonModel.execute)
+            and not _SERVER_CALL.search(path.read_text(errors="replace"))
+        )
+
+    def server_called(self) -> None:
+        """Model code called the server: no execution of this model runs on the loop."""
+        self.loop_execution = False
 
     def finalize(self) -> None:
         self._importer.release()
@@ -188,6 +254,10 @@ class PythonModel(BackendModel):
         }
         return PythonInstance(self, spec, args)
 
+    def batch_runner(self) -> BatchRunner | None:
+        """The gather/scatter of a model with BATCHED_EXECUTE, else None."""
+        return BatchRunner.for_instance(self._spec, self._location) if self.batched else None
+
 
 class PythonInstance(BackendInstance):
     def __init__(self, model: PythonModel, spec: InstanceSpec, args: dict[str, str]) -> None:
@@ -199,9 +269,14 @@ class PythonInstance(BackendInstance):
         self._bridge: BlsBridge | None = None
         if location.server is not None:
             caller = Caller(self._key, spec.name)
-            self._bridge = BlsBridge(location.server, model.waits, caller, self._staging)
+            self._bridge = BlsBridge(
+                location.server, model.waits, caller, self._staging, on_call=model.server_called
+            )
+        # Created in the instance's thread; an execution anywhere else runs on the loop.
+        self._worker = threading.get_ident()
         model.waits.register(self._key, spec.name)
         self._loop: ModelLoop | None = None
+        self._batch_runner = model.batch_runner()
         # Entered around every call into the model; one per instance (one worker thread).
         self._running = _running_model(location)
         try:
@@ -238,18 +313,11 @@ class PythonInstance(BackendInstance):
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
     ) -> Sequence[InferenceResponse | None]:
+        if self._batch_runner is not None:
+            return self._batch_runner.execute(requests, timing, self._execute_stacked)
         pb_requests = [self._to_pb_request(r) for r in requests]
         timing.mark_input_done()
-        with self._scope("execute"):
-            try:
-                result = self._python_model.execute(pb_requests)
-                if inspect.iscoroutine(result) and self._model.decoupled:
-                    self._run_in_background(result, requests)
-                    result = None
-                else:
-                    result = self._run(result)
-            except Exception as exc:
-                raise InternalError(self._failure(exc)) from exc
+        result = self._call_execute(pb_requests, requests)
         timing.mark_infer_done()
         rescheduled = [
             r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
@@ -289,6 +357,65 @@ class PythonInstance(BackendInstance):
             None if again else self._from_pb_response(response, request)
             for response, request, again in zip(result, requests, rescheduled, strict=True)
         ]
+
+    def _call_execute(
+        self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[InferenceRequest]
+    ) -> Any:
+        bridge = self._bridge
+        if bridge is not None and threading.get_ident() != self._worker:
+            bridge = bridge.on_event_loop()  # it cannot wait for the loop it runs on
+        with self._scope("execute", bridge):
+            try:
+                result = self._python_model.execute(pb_requests)
+                if inspect.iscoroutine(result) and self._model.decoupled:
+                    self._run_in_background(result, requests)
+                    return None
+                return self._run(result)
+            except Exception as exc:
+                raise InternalError(self._failure(exc)) from exc
+
+    def _execute_stacked(self, batch: Batch) -> dict[str, Any]:
+        """BATCHED_EXECUTE: the model gets one request holding the gathered batch and
+        answers it with the whole batch's outputs, which the runner scatters back."""
+        requests = batch.requests
+        inputs = [
+            pb_utils.Tensor._from_server(name, array, self._model.input_types[name])
+            for name, array in batch.inputs.items()
+        ]
+        stacked = pb_utils.InferenceRequest._from_server(
+            request_id=requests[0].id if len(requests) == 1 else "",
+            correlation_id=0,
+            inputs=inputs,
+            requested_output_names=list(batch.output_names),
+            parameters=dict(requests[0].parameters) if len(requests) == 1 else {},
+            flags=0,
+            timeout=0,
+            is_cancelled=lambda: all(r.cancelled for r in requests),
+            decoupled=False,
+        )
+        result = self._call_execute([stacked], requests)
+        if not isinstance(result, list) or len(result) != 1:
+            raise InternalError(
+                f"model '{self._spec.name}' ({BATCHED_EXECUTE}): execute must return a list "
+                f"of one InferenceResponse for its one (stacked) request, got {result!r:.200}"
+            )
+        response = result[0]
+        if not isinstance(response, pb_utils.InferenceResponse):
+            raise InternalError(
+                f"Expected an InferenceResponse, found type '{type(response).__name__}'."
+            )
+        error = response.error()
+        if error is not None:  # the batch's one answer: every request of it fails
+            raise _server_error(error.code(), error.message())
+        outputs: dict[str, Any] = {}
+        for tensor in response.output_tensors():
+            if not tensor.is_cpu():
+                raise InternalError(
+                    f"model '{self._spec.name}' ({BATCHED_EXECUTE}): output "
+                    f"'{tensor.name()}' is in GPU memory; return CPU tensors"
+                )
+            outputs[tensor.name()] = tensor._server_array()
+        return outputs
 
     def _run_in_background(
         self, coroutine: Coroutine[Any, Any, Any], requests: Sequence[InferenceRequest]

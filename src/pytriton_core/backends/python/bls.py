@@ -10,6 +10,11 @@ A call that could never be served fails at once instead of hanging: ``InstanceWa
 knows which Python-model instances are blocked waiting for BLS answers, and refuses a call
 to a model none of whose instances can get free (say, a model calling itself from its only
 instance).
+
+A model that calls the server never executes on the server's event loop (the loop would
+have to deliver the answer it waits for): the Python backend keeps such a model in its
+instance's thread (``PythonModel.loop_execution``), and a bridge made for an execution on
+the loop (``on_event_loop``) refuses every call, telling the model it moves to its thread.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import asyncio
 import queue
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from pytriton_core.backends.base import ServerCalls
@@ -150,6 +155,8 @@ class BlsBridge:
 
     ``holds_instance``: whether the caller keeps its instance busy while it waits (false
     for a decoupled model's ``async def execute``, which runs in the background).
+    ``on_call``: told of every call, before it is made; ``on_loop``: the execution runs on
+    the server's event loop, so every call is refused.
     """
 
     def __init__(
@@ -159,16 +166,39 @@ class BlsBridge:
         caller: Caller,
         staging: StagingPool | None,
         holds_instance: bool = True,
+        on_call: Callable[[], None] | None = None,
+        on_loop: bool = False,
     ) -> None:
         self._calls = calls
         self._waits = waits
         self._caller = caller
         self._staging = staging
         self._holds_instance = holds_instance
+        self._on_call = on_call
+        self._on_loop = on_loop
 
     def background(self) -> BlsBridge:
         """The bridge for work that does not keep the instance busy."""
-        return BlsBridge(self._calls, self._waits, self._caller, self._staging, False)
+        return BlsBridge(
+            self._calls, self._waits, self._caller, self._staging, False, self._on_call
+        )
+
+    def on_event_loop(self) -> BlsBridge:
+        """The bridge for an execution on the server's event loop: it refuses every call."""
+        return BlsBridge(
+            self._calls, self._waits, self._caller, self._staging, True, self._on_call, True
+        )
+
+    def _calling(self) -> None:
+        if self._on_call is not None:
+            self._on_call()
+        if self._on_loop:
+            raise InternalError(
+                f"model '{self._caller.model[0]}' called the server from an execution on "
+                "the server's event loop, which cannot wait for the answer; its executions "
+                "run in its instance's thread from now on (the model parameter "
+                'EXECUTE_ON_EVENT_LOOP: "no" keeps them there from the start)'
+            )
 
     # ---------------------------------------------------------------- inference
 
@@ -210,12 +240,15 @@ class BlsBridge:
     # ---------------------------------------------------------- model management
 
     def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
+        self._calling()
         self._calls.load_model(name, config, files)
 
     def unload_model(self, name: str, unload_dependents: bool) -> None:
+        self._calling()
         self._calls.unload_model(name, unload_dependents)
 
     def is_model_ready(self, name: str, version: int) -> bool:
+        self._calling()
         return self._calls.is_model_ready(name, version)
 
     # ----------------------------------------------------------------- internals
@@ -225,6 +258,7 @@ class BlsBridge:
     ) -> tuple[_Answers, ModelKey]:
         """Submit the request, counting the caller as waiting on the target until
         ``_end_wait``; raises what makes ``exec`` answer with an error."""
+        self._calling()
         name = request._model_name
         try:
             spec = self._calls.model_spec(name, request._model_version)

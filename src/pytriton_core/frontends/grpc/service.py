@@ -71,7 +71,8 @@ def answering_errors(
         if verbose:
             number = next(calls)
             log.debug("Process for %s, rpc_ok=1, %d step START", handler, number)
-        await refuse_unless_allowed(restriction, context)
+        if restriction is not None:
+            await refuse_unless_allowed(restriction, context)
         try:
             if pass_context:
                 return await method(request, context)

@@ -80,16 +80,18 @@ def build_router(service: InferenceService) -> Router:
             raise UnsupportedError(
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
-        try:
-            body = await compression.decode_body(
-                request.body,
-                request.headers.get("content-encoding"),
-                service.options.http_max_input_size,
-            )
-        except compression.UnsupportedEncodingError as exc:
-            refusal = error_response(exc)
-            refusal.headers.append((b"Accept-Encoding", exc.accepted))
-            return refusal
+        request_headers = request.headers
+        body = request.body
+        content_encoding = request_headers.get("content-encoding")
+        if content_encoding is not None:
+            try:
+                body = await compression.decode_body(
+                    body, content_encoding, service.options.http_max_input_size
+                )
+            except compression.UnsupportedEncodingError as exc:
+                refusal = error_response(exc)
+                refusal.headers.append((b"Accept-Encoding", exc.accepted))
+                return refusal
         header_length = _header_length(request, len(body))
         reserved = STREAM_PARAMETERS if event_stream else ()
         decoded = decode_infer_request(model, body, header_length, service, reserved)
@@ -106,10 +108,10 @@ def build_router(service: InferenceService) -> Router:
         try:
             if response.error is not None:
                 raise response.error
-            http_response = await compression.encode_response(
-                encode_infer_response(model, decoded, response),
-                request.headers.get("accept-encoding"),
-            )
+            http_response = encode_infer_response(model, decoded, response)
+            accept_encoding = request_headers.get("accept-encoding")
+            if accept_encoding:
+                http_response = await compression.encode_response(http_response, accept_encoding)
         except BaseException:
             if trace is not None:
                 trace.finish()

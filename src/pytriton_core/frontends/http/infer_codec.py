@@ -141,8 +141,9 @@ def _shape_of(entry: Mapping[str, Any]) -> list[int]:
     shape = _member(entry, "shape")
     if not isinstance(shape, list):
         raise _unparsable("shape", _NOT_ARRAY)
-    if not all(_is_unsigned(d) for d in shape):
-        raise _unparsable("shape", _NOT_UNSIGNED)
+    for dim in shape:
+        if type(dim) is not int or dim < 0:  # bool is not int here: it is refused
+            raise _unparsable("shape", _NOT_UNSIGNED)
     return shape
 
 

@@ -31,9 +31,10 @@ class HttpResponse:
 
     @property
     def content_length(self) -> int:
-        return sum(
-            len(part) if not isinstance(part, memoryview) else part.nbytes for part in self.body
-        )
+        total = 0
+        for part in self.body:
+            total += part.nbytes if isinstance(part, memoryview) else len(part)
+        return total
 
 
 def json_response(value: object, status: int = 200) -> HttpResponse:

@@ -1,6 +1,6 @@
 """Path routing with Triton's URL patterns; 404, 405 and restricted APIs' 403 answered
 here, once. Patterns match the path as sent; each captured parameter is percent-decoded
-once, when a handler reads it."""
+once, when the path is first resolved."""
 
 from __future__ import annotations
 
@@ -33,15 +33,16 @@ class Request(Protocol):
 
 
 Handler = Callable[[Request, "RouteMatch"], Awaitable[HttpResponse]]
+# (status, message) -> the answer to a request no handler takes (404, 405, a restricted 403).
+ErrorRenderer = Callable[[int, str], HttpResponse]
 
 
 @dataclass(frozen=True, slots=True)
 class RouteMatch:
-    params: Mapping[str, str | None]
+    params: Mapping[str, str | None]  # percent-decoded
 
     def get(self, key: str) -> str | None:
-        value = self.params.get(key)
-        return None if value is None else unquote(value)
+        return self.params.get(key)
 
 
 @dataclass(frozen=True)
@@ -51,27 +52,63 @@ class Route:
     methods: Mapping[str, Handler]  # "GET" -> handler
 
 
+# Paths resolved to their route, remembered so that a client's repeated requests (the
+# same infer path, over and over) skip the pattern scan; cleared when full.
+_RESOLVED_PATHS = 1024
+
+
 class Router:
-    def __init__(self, restricted: RestrictedApis | None = None) -> None:
+    def __init__(
+        self, restricted: RestrictedApis | None = None, render_error: ErrorRenderer | None = None
+    ) -> None:
+        """``render_error``: how this router's protocol writes an error (the OpenAI front
+        end's); by default Triton's answers."""
         self._routes: list[Route] = []
         self._restricted = restricted or RestrictedApis()
+        self._render_error = render_error
+        self._resolved: dict[str, tuple[Route, RouteMatch] | None] = {}
 
     def add(self, pattern: str, category: ApiCategory | None, **methods: Handler) -> None:
         self._routes.append(Route(re.compile(pattern), category, methods))
+        self._resolved.clear()
+
+    def _resolve(self, path: str) -> tuple[Route, RouteMatch] | None:
+        try:
+            return self._resolved[path]
+        except KeyError:
+            pass
+        found = None
+        for route in self._routes:
+            match = route.pattern.fullmatch(path)
+            if match is not None:
+                params = {
+                    k: None if v is None else unquote(v) for k, v in match.groupdict().items()
+                }
+                found = (route, RouteMatch(params))
+                break
+        if len(self._resolved) >= _RESOLVED_PATHS:
+            self._resolved.clear()
+        self._resolved[path] = found
+        return found
 
     async def dispatch(self, request: Request) -> HttpResponse:
-        for route in self._routes:
-            match = route.pattern.fullmatch(request.path)
-            if match is None:
-                continue
+        resolved = self._resolve(request.path)
+        if resolved is not None:
+            route, match = resolved
             restriction = None if route.category is None else self._restricted.get(route.category)
             if restriction is not None:  # checked first, as Triton's handlers do
                 denial = http_denial(restriction, request.raw_headers)
                 if denial is not None:
+                    if self._render_error is not None:
+                        return self._render_error(403, denial)
                     # Triton's answer: its JSON error, sent as text/plain.
                     return HttpResponse(403, (orjson.dumps({"error": denial}),), b"text/plain")
             handler = route.methods.get(request.method)
             if handler is None:
-                return plain_error(405, "Method Not Allowed")
-            return await handler(request, RouteMatch(match.groupdict()))
-        return plain_error(404, "Not Found")
+                return self._error(405, "Method Not Allowed")
+            return await handler(request, match)
+        return self._error(404, "Not Found")
+
+    def _error(self, status: int, message: str) -> HttpResponse:
+        render = self._render_error or plain_error
+        return render(status, message)

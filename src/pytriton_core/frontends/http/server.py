@@ -26,14 +26,16 @@ A connection left idle between requests for ``idle_timeout_s`` is closed.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
+import functools
 import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import httptools
 
@@ -80,9 +82,15 @@ class _BrokenStream:
 
 
 class HttpFrontend:
-    def __init__(self, service: InferenceService) -> None:
+    """A listener serving ``router`` (by default KServe v2 with Triton's extensions; the
+    OpenAI front end hands its own), with the HTTP settings of the server's options."""
+
+    def __init__(
+        self, service: InferenceService, router: Router | None = None, name: str = "HTTPService"
+    ) -> None:
         self._service = service
-        self._router = build_router(service)
+        self._router = router if router is not None else build_router(service)
+        self._name = name  # in the log, as tritonserver names its services
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[HttpProtocol] = set()
 
@@ -103,9 +111,9 @@ class HttpFrontend:
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:  # tritonserver's words
                 raise UnavailableError(f"Socket '{host}:{port}' already in use") from None
-            raise UnavailableError(f"failed to start HTTP service: {exc}") from None
+            raise UnavailableError(f"failed to start {self._name}: {exc}") from None
         bound_port: int = self._server.sockets[0].getsockname()[1]
-        log.info("Started HTTPService at %s:%d", host, bound_port)
+        log.info("Started %s at %s:%d", self._name, host, bound_port)
         return bound_port
 
     async def stop(self, timeout_s: float = 0.0) -> None:
@@ -143,6 +151,7 @@ class HttpProtocol(asyncio.Protocol):
         self._receiving_since = 0
         self._broken = False
         self._busy = False
+        self._driving = False  # within ``_start_next``'s first step of a handler
         self._paused = False  # reading paused
         self._write_paused = False  # the transport's buffer is above its high-water mark
         self._eof = False  # the client half-closed: answer what came, then close
@@ -221,8 +230,9 @@ class HttpProtocol(asyncio.Protocol):
         completed = self._assembler.drain()
         if completed:
             since = self._receiving_since
-            self._pending.extend((request, since, now) for request in completed)
-            self._pending_bytes += sum(len(request.body) for request in completed)
+            for request in completed:
+                self._pending.append((request, since, now))
+                self._pending_bytes += len(request.body)
             self._receiving_since = 0
         if failure is not None:
             self._broken = True
@@ -295,7 +305,11 @@ class HttpProtocol(asyncio.Protocol):
             return
         self._pending_bytes -= len(item.body)
         self._busy = True
-        asyncio.get_running_loop().create_task(self._handle(item, received_start, received_end))
+        self._driving = True
+        try:
+            _drive(self._handle(item, received_start, received_end), contextvars.copy_context())
+        finally:
+            self._driving = False
 
     async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
         RECEIVED.set((received_start, received_end))  # this task's own context
@@ -323,7 +337,12 @@ class HttpProtocol(asyncio.Protocol):
         self._stop_peer_checks()
         self._busy = False
         self._update_reading()
-        self._start_next()
+        if self._driving and self._pending:
+            # Answered within ``_start_next``'s own call: the next request starts at the
+            # next turn, not nested in this one (a pipelining client cannot make it recurse).
+            asyncio.get_running_loop().call_soon(self._start_next)
+        else:
+            self._start_next()
 
     async def _write_streamed(self, response: HttpResponse, keep_alive: bool) -> None:
         stream = response.stream
@@ -445,3 +464,28 @@ class HttpProtocol(asyncio.Protocol):
             response.on_sent(send_start, time.monotonic_ns())
         if not keep_alive:
             transport.close()
+
+
+def _drive(coroutine: Coroutine[Any, Any, None], context: contextvars.Context) -> None:
+    """Run a request's handler as a task would, one step per call, without making a task.
+
+    Most infer requests are answered without the handler ever waiting (a lone request to a
+    short model runs on the loop), so their handler ends within this first step, with no
+    task to create and schedule. When it waits for a future, the next step runs once that
+    future is done, as a task's would. The handler catches its errors itself.
+    """
+    try:
+        waited = context.run(coroutine.send, None)
+    except StopIteration:
+        return
+    if waited is None:  # a bare yield (``asyncio.sleep(0)``): go on at the next turn
+        asyncio.get_running_loop().call_soon(_drive, coroutine, context)
+        return
+    waited._asyncio_future_blocking = False
+    waited.add_done_callback(functools.partial(_resume, coroutine, context))
+
+
+def _resume(
+    coroutine: Coroutine[Any, Any, None], context: contextvars.Context, _: asyncio.Future[Any]
+) -> None:
+    _drive(coroutine, context)

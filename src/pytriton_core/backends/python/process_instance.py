@@ -1,0 +1,459 @@
+"""Process mode: each instance of a Python model runs in a worker process of its own.
+
+Asked for with the model config parameter ``EXECUTION_MODE: "process"`` (in-process stays
+the default), or implied by ``EXECUTION_ENV_PATH``. The server side of one instance:
+
+* spawns the worker (``process_worker``) with the model's own interpreter when it has an
+  environment (``process_env``), hands it the model's config and the input arena;
+* per batch, writes the inputs into its arena, sends their offsets and waits for the
+  worker's answer; decoupled responses stream back as they are sent;
+* a reader thread notices the worker's death at once (its socket closes): the in-flight
+  requests answer an error naming the model, the model is not ready, and the worker is
+  started again with backoff. A watchdog kills a worker whose execute runs past
+  ``PROCESS_EXECUTE_TIMEOUT_SECONDS`` or whose memory passes
+  ``PROCESS_MEMORY_LIMIT_BYTES``, which then takes the same path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
+from pytriton_core.backends.python.process_transport import (
+    Arena,
+    ChannelClosed,
+    TensorRef,
+    channel_pair,
+    layout,
+)
+from pytriton_core.config import ModelSpec
+from pytriton_core.errors import InternalError, ModelConfigError, ServerError, UnavailableError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming
+
+log = logging.getLogger(__name__)
+
+MODE_PARAMETER = "EXECUTION_MODE"
+TIMEOUT_PARAMETER = "PROCESS_EXECUTE_TIMEOUT_SECONDS"
+MEMORY_PARAMETER = "PROCESS_MEMORY_LIMIT_BYTES"
+_START_TIMEOUT_S = 120.0
+_WATCH_INTERVAL_S = 0.05
+_MAX_BACKOFF_S = 5.0
+
+_BOOTSTRAP = (
+    "import sys, json; sys.path.extend(json.loads(sys.argv[2])); "
+    "from pytriton_core.backends.python.process_worker import main; main(int(sys.argv[1]))"
+)
+
+
+def process_mode(spec: ModelSpec) -> bool:
+    """Whether the model asked for process mode; a value other than the two fails the load."""
+    value = spec.parameters.get(MODE_PARAMETER, "")
+    if value in ("", "in_process"):
+        return "EXECUTION_ENV_PATH" in spec.parameters
+    if value == "process":
+        return True
+    raise ModelConfigError(
+        f"model '{spec.name}': parameter {MODE_PARAMETER} must be 'process' or 'in_process', "
+        f"not '{value}'"
+    )
+
+
+def _number(spec: ModelSpec, key: str) -> float:
+    value = spec.parameters.get(key, "")
+    if not value:
+        return 0.0
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if number < 0:
+        raise ModelConfigError(f"model '{spec.name}': parameter {key} must be a number >= 0")
+    return number
+
+
+class ProcessModel(BackendModel):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        model_config: str,
+        location: ModelLocation,
+        interpreter: str,
+    ) -> None:
+        self.spec = spec
+        self.decoupled = spec.decoupled
+        self.state_outputs = spec.state_outputs
+        self._model_config = model_config
+        self._location = location
+        self.interpreter = interpreter
+        self.execute_timeout_s = _number(spec, TIMEOUT_PARAMETER)
+        self.memory_limit = int(_number(spec, MEMORY_PARAMETER))
+        self._instances: list[ProcessInstance] = []
+        self._lock = threading.Lock()
+
+    def healthy(self) -> bool:
+        with self._lock:
+            return all(instance.up for instance in self._instances)
+
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance:
+        location = self._location
+        init = {
+            "config": self._model_config,
+            "name": location.name,
+            "version": location.version,
+            "model_dir": str(location.model_dir),
+            "version_dir": str(location.version_dir),
+            "backend_config": dict(location.backend_config),
+            "instance": {"name": spec.name, "kind": spec.kind, "device_id": spec.device_id},
+        }
+        instance = ProcessInstance(self, spec, init)
+        with self._lock:
+            self._instances.append(instance)
+        return instance
+
+    def forget(self, instance: ProcessInstance) -> None:
+        with self._lock:
+            if instance in self._instances:
+                self._instances.remove(instance)
+
+
+class _Worker:
+    """One worker process and what is in flight on it."""
+
+    def __init__(self, model: ProcessModel, name: str, init: Mapping[str, Any]) -> None:
+        self.name = name
+        self.channel, theirs = channel_pair()
+        self.inputs = Arena.create(0)
+        paths = [p for p in sys.path if p]
+        self.process = subprocess.Popen(
+            [model.interpreter, "-c", _BOOTSTRAP, str(theirs.fileno()), json.dumps(paths)],
+            pass_fds=[theirs.fileno()],
+            env={**os.environ, "PYTHONNOUSERSITE": "1"},
+        )
+        theirs.close()
+        self.outputs: Arena | None = None
+        self.lock = threading.Lock()
+        self.in_flight: dict[int, InferenceRequest] = {}
+        self.done: dict[str, Any] | None = None
+        self.done_event = threading.Event()
+        self.executing_since = 0.0
+        self.death: str | None = None  # why it was killed, when the server killed it
+        self.dead = threading.Event()
+        self.channel.send({**init, "arena_size": self.inputs.size}, [self.inputs.fd])
+
+    def handshake(self) -> None:
+        message, fds = _recv_with_timeout(self, _START_TIMEOUT_S)
+        if message["kind"] == "failed":
+            code, text = message["error"]
+            raise ServerError.from_code(code, text)
+        self.outputs = Arena(fds[0], message["arena_size"])
+
+    def kill(self, reason: str) -> None:
+        self.death = self.death or reason
+        try:
+            self.process.send_signal(signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def close(self) -> None:
+        self.channel.close()
+        self.inputs.close()
+        if self.outputs is not None:
+            self.outputs.close()
+
+
+def _recv_with_timeout(worker: _Worker, timeout_s: float) -> tuple[Any, list[int]]:
+    timer = threading.Timer(timeout_s, worker.kill, ("did not start in time",))
+    timer.start()
+    try:
+        return worker.channel.recv()
+    except ChannelClosed:
+        code = worker.process.wait()
+        raise InternalError(
+            f"the worker process of model instance '{worker.name}' exited "
+            f"({_exit_text(code)}) while loading{_reason(worker)}"
+        ) from None
+    finally:
+        timer.cancel()
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _reason(worker: _Worker) -> str:
+    return f": {worker.death}" if worker.death else ""
+
+
+class ProcessInstance(BackendInstance):
+    def __init__(self, model: ProcessModel, spec: InstanceSpec, init: Mapping[str, Any]) -> None:
+        self._model = model
+        self._spec = spec
+        self._init = init
+        self._output_names = list(model.spec.outputs)
+        self._closed = False
+        self._next_key = 0
+        self.up = False
+        self._worker = self._start_worker()  # the load fails if the first start fails
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"watchdog-{spec.name}", daemon=True
+        )
+        self._watchdog.start()
+
+    # --------------------------------------------------------------- lifecycle
+
+    def _start_worker(self) -> _Worker:
+        worker = _Worker(self._model, self._spec.name, self._init)
+        try:
+            worker.handshake()
+        except BaseException:
+            worker.kill("failed to start")
+            worker.process.wait()
+            worker.close()
+            raise
+        threading.Thread(
+            target=self._read, args=(worker,), name=f"reader-{self._spec.name}", daemon=True
+        ).start()
+        self.up = True
+        return worker
+
+    def _restart(self) -> None:
+        """Start workers with backoff until one is up (or the instance is finalized)."""
+        backoff = 0.1
+        while not self._closed:
+            try:
+                self._worker = self._start_worker()
+                log.warning("model instance '%s': worker process restarted", self._spec.name)
+                return
+            except Exception as exc:
+                log.error("model instance '%s': restart failed: %s", self._spec.name, exc)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def finalize(self) -> None:
+        self._closed = True
+        worker = self._worker
+        if self.up:
+            try:
+                worker.channel.send({"kind": "stop"})
+                worker.process.wait(10)
+            except (ChannelClosed, subprocess.TimeoutExpired):
+                worker.kill("did not stop")
+        else:
+            worker.kill("finalized")
+        worker.dead.wait(10)
+        self._model.forget(self)
+
+    def _watch(self) -> None:
+        model = self._model
+        while not self._closed:
+            time.sleep(_WATCH_INTERVAL_S)
+            worker = self._worker
+            if not self.up:
+                continue
+            since = worker.executing_since
+            if (
+                model.execute_timeout_s
+                and since
+                and time.monotonic() - since > (model.execute_timeout_s)
+            ):
+                worker.kill(f"execute ran past {TIMEOUT_PARAMETER}={model.execute_timeout_s:g}")
+            if model.memory_limit and _resident_bytes(worker.process.pid) > model.memory_limit:
+                worker.kill(f"its memory passed {MEMORY_PARAMETER}={model.memory_limit}")
+
+    # ---------------------------------------------------------------- messages
+
+    def _read(self, worker: _Worker) -> None:
+        try:
+            while True:
+                message, fds = worker.channel.recv()
+                if fds:
+                    assert worker.outputs is not None
+                    worker.outputs.close()
+                    worker.outputs = Arena(fds[0], max(os.fstat(fds[0]).st_size, 1))
+                responses = self._responses(worker, message)
+                if message["kind"] == "done":
+                    message["built"] = responses
+                    worker.done = message
+                    worker.done_event.set()
+                else:
+                    self._stream(worker, message, responses)
+        except ChannelClosed:
+            pass
+        self._died(worker)
+
+    def _responses(
+        self, worker: _Worker, message: dict[str, Any]
+    ) -> list[InferenceResponse | None]:
+        """The message's responses, their tensors copied out of the worker's arena."""
+        headers = message["responses"] if message["kind"] == "done" else [message["response"]]
+        refs: list[TensorRef] = message["outputs"]
+        arena = worker.outputs
+        assert arena is not None
+        tensors = [arena.read(ref, copy=True) for ref in refs]
+        arena.add_taken(message["span"])
+        built: list[InferenceResponse | None] = []
+        position = 0
+        for header in headers:
+            if header is None:
+                built.append(None)
+                continue
+            count = header["count"]
+            outputs = tensors[position : position + count]
+            position += count
+            error = header["error"]
+            built.append(
+                InferenceResponse(
+                    outputs=outputs,
+                    parameters=header["parameters"],
+                    error=None if error is None else ServerError.from_code(*error),
+                )
+            )
+        return built
+
+    def _stream(
+        self, worker: _Worker, message: dict[str, Any], responses: list[InferenceResponse | None]
+    ) -> None:
+        with worker.lock:
+            request = worker.in_flight.get(message["key"])
+            if request is not None and message["final"]:
+                del worker.in_flight[message["key"]]
+        if request is not None:
+            request.send_threadsafe(responses[0], message["final"])
+
+    def _died(self, worker: _Worker) -> None:
+        code = worker.process.wait()
+        self.up = False
+        text = (
+            f"Failed to process the request(s) for model '{self._spec.name}', message: the "
+            f"model's worker process died ({_exit_text(code)}){_reason(worker)}; it is being "
+            "restarted"
+        )
+        if not self._closed:
+            log.error("%s", text)
+        with worker.lock:
+            stranded = list(worker.in_flight.values()) if self._model.decoupled else []
+            worker.in_flight.clear()
+        for request in stranded:
+            request.send_threadsafe(InferenceResponse.failed(InternalError(text)), True)
+        worker.done = {"kind": "died", "text": text}
+        worker.done_event.set()
+        worker.close()
+        worker.dead.set()
+        if not self._closed:
+            threading.Thread(
+                target=self._restart, name=f"restart-{self._spec.name}", daemon=True
+            ).start()
+
+    # ---------------------------------------------------------------- execute
+
+    def execute(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming
+    ) -> Sequence[InferenceResponse | None]:
+        worker = self._worker
+        if not self.up:
+            raise UnavailableError(
+                f"model instance '{self._spec.name}': its worker process is restarting"
+            )
+        batch, fds = self._place(worker, requests)
+        worker.done_event.clear()
+        worker.done = None
+        if self._model.decoupled:
+            with worker.lock:
+                for item, request in zip(batch, requests, strict=True):
+                    worker.in_flight[item["key"]] = request
+        for item, request in zip(batch, requests, strict=True):
+            if request.loop is not None:  # cancellation hooks are kept on the loop
+                request.loop.call_soon_threadsafe(
+                    request.on_cancel, _cancel_hook(worker, item["key"])
+                )
+        worker.executing_since = time.monotonic()
+        try:
+            worker.channel.send(
+                {"kind": "execute", "batch": batch, "arena_size": worker.inputs.size}, fds
+            )
+        except ChannelClosed:
+            pass  # the reader reports the death below
+        timing.mark_input_done()
+        worker.done_event.wait()
+        worker.executing_since = 0.0
+        timing.mark_infer_done()
+        done = worker.done
+        assert done is not None
+        if done["kind"] == "died":
+            raise InternalError(done["text"])
+        if done["failure"] is not None:
+            raise ServerError.from_code(*done["failure"])
+        for request, again in zip(requests, done["reschedule"], strict=True):
+            request.reschedule = again
+        built: list[InferenceResponse | None] = done["built"]
+        return built
+
+    def _place(
+        self, worker: _Worker, requests: Sequence[InferenceRequest]
+    ) -> tuple[list[dict[str, Any]], list[int]]:
+        """Write the batch's inputs into the arena (grown first if they do not fit)."""
+        tensors = [t for r in requests for t in r.inputs.values()]
+        encoded = [Arena.encoded(t) for t in tensors]
+        offsets, end = layout([n for _, n in encoded], 0)
+        fds: list[int] = []
+        if end > worker.inputs.size:
+            worker.inputs.close()
+            worker.inputs = Arena.create(max(end, worker.inputs.size * 2))
+            fds = [worker.inputs.fd]
+        refs = iter(
+            worker.inputs.write(offset, tensor, data, nbytes)
+            for offset, tensor, (data, nbytes) in zip(offsets, tensors, encoded, strict=True)
+        )
+        batch = []
+        for request in requests:
+            self._next_key += 1
+            batch.append(
+                {
+                    "key": self._next_key,
+                    "model_name": request.model_name,
+                    "id": request.id,
+                    "inputs": [next(refs) for _ in request.inputs],
+                    "requested": None
+                    if request.requested_outputs is None
+                    else list(request.requested_outputs),
+                    "parameters": dict(request.parameters),
+                    "timeout_us": request.timeout_us,
+                    "correlation_id": request.correlation_id,
+                    "flags": request.flags,
+                }
+            )
+        return batch, fds
+
+
+def _cancel_hook(worker: _Worker, key: int) -> Callable[[], None]:
+    def cancel() -> None:
+        try:
+            worker.channel.send({"kind": "cancel", "key": key})
+        except ChannelClosed:
+            pass
+
+    return cancel
+
+
+def _resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

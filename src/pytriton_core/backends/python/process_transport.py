@@ -1,0 +1,273 @@
+"""What crosses between the server and a Python model's worker process (process mode).
+
+Two parts, both used on each side:
+
+* ``Channel``: length-prefixed control messages over a Unix socket pair, with file
+  descriptors passed alongside (``SCM_RIGHTS``). Messages carry names, datatypes, shapes,
+  offsets and parameters; never tensor data.
+* ``Arena``: a shared-memory file (memfd on Linux, so no ``/dev/shm`` sizing is needed)
+  mapped by both processes. Each arena has one writer: the server writes a batch's inputs
+  into its arena, the worker writes responses into its own. Tensor data is copied into an
+  arena once (numpy's memcpy; BYTES through the compiled codec) and read on the other side
+  as views.
+
+The worker's arena is reused as a bump allocator: the server counts in the arena's header
+the bytes it has taken out, and the worker starts again from the beginning once everything
+written has been taken, so responses sent from background threads (decoupled models) never
+overwrite data the server has not read.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytriton_core import types
+from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serialize_bytes_tensor
+from pytriton_core.inference.tensor import Tensor
+
+_LENGTH = struct.Struct("<Q")
+_ALIGN = 64
+HEADER_BYTES = 64  # the worker arena's header: bytes written, bytes taken (two u64)
+_COUNTERS = struct.Struct("<QQ")
+MIN_ARENA_BYTES = 1 << 20
+
+
+class ChannelClosed(Exception):
+    """The other process went away (or closed its end)."""
+
+
+class Channel:
+    """One end of the control connection. ``send`` may be called from several threads."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._send_lock = threading.Lock()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def send(self, message: Any, fds: Sequence[int] = ()) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = _LENGTH.pack(len(payload)) + payload
+        with self._send_lock:
+            try:
+                if fds:
+                    sent = socket.send_fds(self._sock, [data], list(fds))
+                    data = data[sent:]
+                if data:
+                    self._sock.sendall(data)
+            except OSError as exc:
+                raise ChannelClosed(str(exc)) from None
+
+    def recv(self) -> tuple[Any, list[int]]:
+        """The next message and the descriptors that came with it (the caller owns them)."""
+        try:
+            head, fds, _flags, _addr = socket.recv_fds(self._sock, _LENGTH.size, 8)
+        except OSError as exc:
+            raise ChannelClosed(str(exc)) from None
+        if not head:
+            raise ChannelClosed("connection closed")
+        head = head + self._read(_LENGTH.size - len(head))
+        (length,) = _LENGTH.unpack(head)
+        return pickle.loads(self._read(length)), list(fds)
+
+    def _read(self, count: int) -> bytes:
+        chunks = []
+        while count > 0:
+            try:
+                chunk = self._sock.recv(min(count, 1 << 20))
+            except OSError as exc:
+                raise ChannelClosed(str(exc)) from None
+            if not chunk:
+                raise ChannelClosed("connection closed")
+            chunks.append(chunk)
+            count -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def channel_pair() -> tuple[Channel, socket.socket]:
+    """The server's channel and the socket to hand to the worker."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return Channel(ours), theirs
+
+
+def _shared_file(size: int) -> int:
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("pytriton-python-arena", os.MFD_CLOEXEC)
+    else:  # not Linux: an unlinked temporary file
+        handle, path = tempfile.mkstemp(prefix="pytriton-python-arena-")
+        os.unlink(path)
+        fd = handle
+    os.ftruncate(fd, size)
+    return fd
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """Where one tensor lies in an arena."""
+
+    name: str
+    datatype: str  # wire name
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+class Arena:
+    """A shared mapping, written by one side (see the module docstring)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+        self._map = mmap.mmap(fd, size)
+        self._view = memoryview(self._map)
+
+    @classmethod
+    def create(cls, size: int) -> Arena:
+        return cls(_shared_file(max(size, MIN_ARENA_BYTES)), max(size, MIN_ARENA_BYTES))
+
+    def close(self) -> None:
+        self._view.release()
+        try:
+            self._map.close()
+        except BufferError:
+            pass  # a view still points in; the mapping goes with its last reference
+        os.close(self.fd)
+
+    # ------------------------------------------------------------------ writing
+
+    @staticmethod
+    def encoded(tensor: Tensor) -> tuple[np.ndarray | bytes, int]:
+        """The bytes to copy for ``tensor``: a contiguous array or the BYTES encoding."""
+        if tensor.datatype.is_bytes:
+            encoded: bytes = serialize_bytes_tensor(tensor.data)
+            return encoded, len(encoded)
+        array = np.ascontiguousarray(tensor.data)
+        if array.dtype != tensor.datatype.numpy_dtype:
+            array = array.astype(tensor.datatype.numpy_dtype)
+        return array, array.nbytes
+
+    def write(
+        self, offset: int, tensor: Tensor, data: np.ndarray | bytes, nbytes: int
+    ) -> TensorRef:
+        if nbytes:
+            target = np.frombuffer(self._view, np.uint8, nbytes, offset)
+            if isinstance(data, np.ndarray):
+                target[:] = data.reshape(-1).view(np.uint8)
+            else:
+                target[:] = np.frombuffer(data, np.uint8)
+        return TensorRef(tensor.name, tensor.datatype.wire_name, tensor.shape, offset, nbytes)
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, ref: TensorRef, copy: bool) -> Tensor:
+        """The tensor ``ref`` names: a read-only view over the arena, or a copy of it."""
+        datatype = types.BY_WIRE_NAME[ref.datatype]
+        if datatype.is_bytes:
+            raw_bytes = self._view[ref.offset : ref.offset + ref.nbytes]
+            data = deserialize_bytes_tensor(raw_bytes, types.element_count(ref.shape))
+            data = data.reshape(ref.shape)
+        else:
+            raw = np.frombuffer(self._view, np.uint8, ref.nbytes, ref.offset)
+            data = raw.view(datatype.numpy_dtype).reshape(ref.shape)
+            if copy:
+                data = data.copy()
+            else:
+                data.flags.writeable = False
+        return Tensor(ref.name, datatype, data)
+
+    # ---------------------------------------------------- the worker's counters
+
+    def counters(self) -> tuple[int, int]:
+        written, taken = _COUNTERS.unpack_from(self._map, 0)
+        return int(written), int(taken)
+
+    def set_written(self, value: int) -> None:
+        struct.pack_into("<Q", self._map, 0, value)
+
+    def add_taken(self, count: int) -> None:
+        # Only the server writes this field; the worker only reads it.
+        (taken,) = struct.unpack_from("<Q", self._map, 8)
+        struct.pack_into("<Q", self._map, 8, taken + count)
+
+
+def aligned(size: int) -> int:
+    return (size + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def layout(sizes: Sequence[int], start: int) -> tuple[list[int], int]:
+    """Offsets for blocks of ``sizes`` from ``start``, and the end of the last one."""
+    offsets = []
+    position = start
+    for size in sizes:
+        offsets.append(position)
+        position = aligned(position + size)
+    return offsets, position
+
+
+class ResponseWriter:
+    """The worker's side of its arena: places response tensors and grows the arena."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self._lock = threading.Lock()
+        self.arena = Arena.create(MIN_ARENA_BYTES)
+        self._position = HEADER_BYTES
+        self._written = 0  # bytes handed out since the start (the header's counter)
+
+    def send(self, message: dict[str, Any], tensors: Sequence[Tensor]) -> None:
+        """Write ``tensors`` and send ``message`` with ``message["outputs"]`` naming them;
+        atomic, so the server reads messages in the order their data was written."""
+        encoded = [Arena.encoded(t) for t in tensors]
+        sizes = [n for _, n in encoded]
+        with self._lock:
+            fds: list[int] = []
+            need = layout(sizes, 0)[1]
+            offsets, end = layout(sizes, self._position)
+            if end > self.arena.size:
+                self._wait_all_taken()
+                if HEADER_BYTES + need > self.arena.size:
+                    self._grow(HEADER_BYTES + need)
+                    fds = [self.arena.fd]
+                offsets, end = layout(sizes, HEADER_BYTES)
+            refs = [
+                self.arena.write(offset, tensor, data, nbytes)
+                for offset, tensor, (data, nbytes) in zip(offsets, tensors, encoded, strict=True)
+            ]
+            span = end - offsets[0] if offsets else 0
+            self._written += span
+            self._position = end
+            self.arena.set_written(self._written)
+            message["outputs"] = refs
+            message["span"] = span  # what the server adds to the taken count once read
+            self._channel.send(message, fds)
+
+    def _wait_all_taken(self) -> None:
+        """Wait until the server has taken everything written, then start over."""
+        while True:
+            written, taken = self.arena.counters()
+            if taken >= written:
+                break
+            time.sleep(0.0002)
+        self._position = HEADER_BYTES
+
+    def _grow(self, size: int) -> None:
+        old = self.arena
+        self.arena = Arena.create(max(size, old.size * 2))
+        _COUNTERS.pack_into(self.arena._map, 0, self._written, self._written)
+        old.close()

@@ -1,0 +1,176 @@
+"""The worker process of a Python model instance in process mode (``process_instance``).
+
+It runs the same in-process machinery the server uses (``PythonModel``/``PythonInstance``)
+on requests whose tensors are views over the server's arena, and sends responses back
+through its own arena (``process_transport``). Started by the server as
+``python -c <bootstrap> <socket fd>``; it exits when the server's end of the socket closes.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytriton_core.backends.base import InstanceSpec, ModelLocation
+from pytriton_core.backends.python.backend import PythonBackend
+from pytriton_core.backends.python.process_transport import (
+    Arena,
+    Channel,
+    ChannelClosed,
+    ResponseWriter,
+)
+from pytriton_core.config import ModelSpec, config_from_json
+from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
+
+
+@dataclass(eq=False)
+class _WorkerRequest(InferenceRequest):
+    """A request whose responses sent from model code go back to the server."""
+
+    key: int = 0
+    writer: ResponseWriter | None = field(default=None, repr=False)
+    live: dict[int, _WorkerRequest] | None = field(default=None, repr=False)
+
+    def send_threadsafe(
+        self,
+        response: InferenceResponse | None,
+        final: bool,
+        timing: ResponseTiming | None = None,
+    ) -> None:
+        assert self.writer is not None
+        message: dict[str, Any] = {"kind": "send", "key": self.key, "final": final}
+        message["response"] = None if response is None else response_header(response)
+        self.writer.send(message, [] if response is None else response.outputs)
+        if final and self.live is not None:
+            self.live.pop(self.key, None)
+
+
+def response_header(response: InferenceResponse) -> dict[str, Any]:
+    error = response.error
+    return {
+        "error": None if error is None else (error.code, error.message),
+        "parameters": dict(response.parameters),
+        "count": len(response.outputs),
+    }
+
+
+def _error_of(exc: BaseException) -> tuple[Any, str]:
+    if isinstance(exc, ServerError):
+        return exc.code, exc.message
+    return InternalError("").code, f"{type(exc).__name__}: {exc}"
+
+
+class _Worker:
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self._writer = ResponseWriter(channel)
+        self._work: queue.SimpleQueue[tuple[dict[str, Any], list[int]] | None] = queue.SimpleQueue()
+        self._live: dict[int, _WorkerRequest] = {}
+
+    def run(self) -> None:
+        init, fds = self._channel.recv()
+        self._inputs = Arena(fds[0], init["arena_size"])
+        try:
+            instance = self._create(init)
+        except BaseException as exc:  # the load fails with the model's own words
+            self._channel.send({"kind": "failed", "error": _error_of(exc)})
+            return
+        self._channel.send(
+            {"kind": "ready", "arena_size": self._writer.arena.size}, [self._writer.arena.fd]
+        )
+        threading.Thread(target=self._read, name="worker-reader", daemon=True).start()
+        while (item := self._work.get()) is not None:
+            message, fds = item
+            self._execute(instance, message, fds)
+        instance.finalize()
+
+    def _create(self, init: dict[str, Any]) -> Any:
+        config = config_from_json(init["config"])
+        spec = ModelSpec.from_config(config, init["version"])
+        location = ModelLocation(
+            name=init["name"],
+            version=init["version"],
+            model_dir=Path(init["model_dir"]),
+            version_dir=Path(init["version_dir"]),
+            backend_config=init["backend_config"],
+        )
+        model = PythonBackend(worker_process=True).load_model(spec, location, config)
+        self._decoupled = spec.decoupled
+        return model.create_instance(InstanceSpec(**init["instance"]))
+
+    def _read(self) -> None:
+        """Control messages: batches go to the main thread; cancellations are applied here."""
+        try:
+            while True:
+                message, fds = self._channel.recv()
+                if message["kind"] == "execute":
+                    self._work.put((message, fds))
+                elif message["kind"] == "cancel":
+                    request = self._live.get(message["key"])
+                    if request is not None:
+                        request.cancel()
+                elif message["kind"] == "stop":
+                    self._work.put(None)
+                    return
+        except ChannelClosed:
+            os._exit(0)  # the server is gone: nothing to answer to
+
+    def _execute(self, instance: Any, message: dict[str, Any], fds: list[int]) -> None:
+        if fds:  # the server's arena grew
+            self._inputs.close()
+            self._inputs = Arena(fds[0], message["arena_size"])
+        copy = self._decoupled  # a decoupled model may read its inputs after execute
+        requests = []
+        for item in message["batch"]:
+            requested = item["requested"]
+            request = _WorkerRequest(
+                model_name=item["model_name"],
+                id=item["id"],
+                inputs={ref.name: self._inputs.read(ref, copy) for ref in item["inputs"]},
+                requested_outputs=None
+                if requested is None
+                else {n: RequestedOutput(n) for n in requested},
+                parameters=item["parameters"],
+                timeout_us=item["timeout_us"],
+                correlation_id=item["correlation_id"],
+                flags=item["flags"],
+                key=item["key"],
+                writer=self._writer,
+                live=self._live if self._decoupled else None,
+            )
+            self._live[request.key] = request
+            requests.append(request)
+        done: dict[str, Any] = {"kind": "done", "failure": None, "responses": []}
+        outputs = []
+        try:
+            responses = instance.execute(requests, ComputeTiming(start_ns=time.monotonic_ns()))
+            for response in responses:
+                if response is None:
+                    done["responses"].append(None)
+                else:
+                    done["responses"].append(response_header(response))
+                    outputs.extend(response.outputs)
+        except BaseException as exc:
+            done["failure"] = _error_of(exc)
+            if not isinstance(exc, ServerError):
+                traceback.print_exc()
+        done["reschedule"] = [r.reschedule for r in requests]
+        for request in requests:
+            if not self._decoupled:
+                self._live.pop(request.key, None)
+        self._writer.send(done, outputs)
+
+
+def main(fd: int) -> None:
+    channel = Channel(socket.socket(fileno=fd))
+    _Worker(channel).run()

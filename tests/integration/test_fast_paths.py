@@ -1,0 +1,371 @@
+"""The request path's fast paths answer byte for byte as the general path does.
+
+Two copies of one Python model serve side by side: ``fast_a`` as shipped (a lone request
+runs on the event loop once its executions have shown they are short) and ``fast_b`` with
+``EXECUTE_ON_EVENT_LOOP: no`` (every execution in the instance's thread, the general
+path). The same raw HTTP requests, across datatypes, shapes, binary and JSON tensors,
+requested outputs and errors, must get the same bytes back from both (the model names are
+of equal length and swapped before comparing). ``batched`` and ``listed`` compute the same
+outputs through ``BATCHED_EXECUTE: yes`` (one stacked request per batch) and the list API.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from harness import ServerError as HarnessError
+from harness import ServerHandle, run_pytriton_server
+
+WARMUP = 12  # more than the executions a model shows before it may run on the loop
+
+IO_MODEL = """
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def value(request, name):
+    return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            values = value(request, "F32")
+            if values.size and values.flat[0] < 0:
+                error = pb_utils.TritonError("negative input", pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            where = threading.current_thread().name.encode()
+            outputs = [
+                pb_utils.Tensor("O_F32", values * 2),
+                pb_utils.Tensor("O_I64", value(request, "I64") + 1),
+                pb_utils.Tensor("O_STR", value(request, "STR")),
+                pb_utils.Tensor("O_BOOL", ~value(request, "BOOL")),
+                pb_utils.Tensor("O_U8", value(request, "U8")),
+                pb_utils.Tensor("WHERE", np.array([[where]] * len(values), dtype=object)),
+            ]
+            half = pb_utils.get_input_tensor_by_name(request, "F16")  # optional: not in JSON
+            if half is not None:
+                outputs.append(pb_utils.Tensor("O_F16", half.as_numpy()))
+            parameters = {"rows": len(values)}
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=outputs, parameters=parameters)
+            )
+        return responses
+"""
+
+
+def io_config(name: str, extra: str = "") -> str:
+    inputs = [("F32", "FP32"), ("I64", "INT64"), ("STR", "STRING"), ("BOOL", "BOOL")]
+    inputs += [("U8", "UINT8"), ("F16", "FP16")]
+    outputs = [(f"O_{n}", t) for n, t in inputs] + [("WHERE", "STRING")]
+
+    def tensors(entries: list[tuple[str, str]]) -> str:
+        dims = {"WHERE": "[ 1 ]"}
+        optional = {"F16": ", optional: true"}
+        return ",\n".join(
+            f'{{ name: "{n}", data_type: TYPE_{t}, dims: {dims.get(n, "[ -1 ]")}'
+            f"{optional.get(n, '')} }}"
+            for n, t in entries
+        )
+
+    return textwrap.dedent(f"""
+        name: "{name}"
+        backend: "python"
+        max_batch_size: 8
+        input [ {tensors(inputs)} ]
+        output [ {tensors(outputs)} ]
+        {extra}
+        """)
+
+
+SCALE_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.stacked = "BATCHED" in args["model_name"].upper()
+
+    def execute(self, requests):
+        if self.stacked:
+            assert len(requests) == 1, len(requests)
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if (x == 13).any():
+                error = pb_utils.TritonError("unlucky row", pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            outputs = [
+                pb_utils.Tensor("Y", (x * 3 + 1).astype(np.float32)),
+                pb_utils.Tensor("ROWSUM", x.sum(axis=1, keepdims=True).astype(np.float32)),
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+"""
+
+
+def scale_config(name: str, extra: str = "") -> str:
+    return textwrap.dedent(f"""
+        name: "{name}"
+        backend: "python"
+        max_batch_size: 16
+        input [ {{ name: "X", data_type: TYPE_FP32, dims: [ 4 ] }} ]
+        output [ {{ name: "Y", data_type: TYPE_FP32, dims: [ 4 ] }},
+                 {{ name: "ROWSUM", data_type: TYPE_FP32, dims: [ 1 ] }} ]
+        dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
+        {extra}
+        """)
+
+
+def write_model(root: Path, name: str, config: str, code: str) -> None:
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(config)
+    (root / name / "1" / "model.py").write_text(textwrap.dedent(code))
+
+
+THREAD_ONLY = 'parameters: { key: "EXECUTE_ON_EVENT_LOOP" value: { string_value: "no" } }'
+BATCHED = 'parameters: { key: "BATCHED_EXECUTE" value: { string_value: "yes" } }'
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    root = tmp_path_factory.mktemp("fast-paths")
+    write_model(root, "fast_a", io_config("fast_a"), IO_MODEL)
+    write_model(root, "fast_b", io_config("fast_b", THREAD_ONLY), IO_MODEL)
+    write_model(root, "batched", scale_config("batched", BATCHED), SCALE_MODEL)
+    write_model(root, "listed", scale_config("listed"), SCALE_MODEL)
+    with run_pytriton_server(root) as handle:
+        yield handle
+
+
+def post(url: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, bytes]:
+    """(status, the response head less its Date-free fixed lines, body) of one request."""
+    host, port = url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        response = connection.getresponse()
+        head = "".join(f"{k.lower()}: {v}\n" for k, v in sorted(response.getheaders()))
+        return response.status, head.encode(), response.read()
+    finally:
+        connection.close()
+
+
+def binary_request(
+    arrays: dict[str, np.ndarray], outputs: list[dict[str, Any]] | None, binary_out: bool
+) -> tuple[bytes, dict[str, str]]:
+    inputs, blobs = [], []
+    for name, array in arrays.items():
+        datatype = "BYTES" if array.dtype == object else np_to_wire(array.dtype)
+        if array.dtype == object:
+            blob = b"".join(len(v).to_bytes(4, "little") + v for v in array.flat)
+        else:
+            blob = array.tobytes()
+        inputs.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": datatype,
+                "parameters": {"binary_data_size": len(blob)},
+            }
+        )
+        blobs.append(blob)
+    document: dict[str, Any] = {
+        "id": "r-1",
+        "inputs": inputs,
+        "parameters": {"binary_data_output": binary_out},
+    }
+    if outputs is not None:
+        document["outputs"] = outputs
+    head = json.dumps(document).encode()
+    headers = {
+        "Inference-Header-Content-Length": str(len(head)),
+        "Content-Type": "application/octet-stream",
+    }
+    return head + b"".join(blobs), headers
+
+
+def json_request(arrays: dict[str, np.ndarray], outputs: list[dict[str, Any]] | None) -> bytes:
+    inputs = []
+    for name, array in arrays.items():
+        datatype = "BYTES" if array.dtype == object else np_to_wire(array.dtype)
+        data = [v.decode() for v in array.flat] if array.dtype == object else array.ravel().tolist()
+        inputs.append(
+            {"name": name, "shape": list(array.shape), "datatype": datatype, "data": data}
+        )
+    document: dict[str, Any] = {"inputs": inputs}
+    if outputs is not None:
+        document["outputs"] = outputs
+    return json.dumps(document).encode()
+
+
+def np_to_wire(dtype: np.dtype[Any]) -> str:
+    return {
+        np.dtype(np.float32): "FP32",
+        np.dtype(np.int64): "INT64",
+        np.dtype(np.bool_): "BOOL",
+        np.dtype(np.uint8): "UINT8",
+        np.dtype(np.float16): "FP16",
+    }[np.dtype(dtype)]
+
+
+def io_inputs(rows: int, width: int, first: float = 0.5) -> dict[str, np.ndarray]:
+    count = rows * width
+    f32 = (np.arange(count, dtype=np.float32) + first).reshape(rows, width)
+    return {
+        "F32": f32,
+        "I64": np.arange(count, dtype=np.int64).reshape(rows, width) - 3,
+        "STR": np.array([f"s{i}\u00e9".encode() for i in range(count)], dtype=object).reshape(
+            rows, width
+        ),
+        "BOOL": (np.arange(count) % 3 == 0).reshape(rows, width),
+        "U8": (np.arange(count) % 256).astype(np.uint8).reshape(rows, width),
+        "F16": np.linspace(-2, 2, count, dtype=np.float16).reshape(rows, width),
+    }
+
+
+ALL_BUT_WHERE = [{"name": n} for n in ("O_F32", "O_I64", "O_STR", "O_BOOL", "O_U8", "O_F16")]
+CASES: dict[str, tuple[dict[str, np.ndarray], str, list[dict[str, Any]] | None, bool]] = {
+    "binary-1x16": (io_inputs(1, 16), "binary", ALL_BUT_WHERE, True),
+    "binary-3x5-some-outputs": (
+        io_inputs(3, 5),
+        "binary",
+        [{"name": "O_I64"}, {"name": "O_STR", "parameters": {"binary_data": True}}],
+        False,
+    ),
+    "binary-empty": (io_inputs(2, 0), "binary", ALL_BUT_WHERE, True),
+    "binary-error": (io_inputs(1, 4, first=-1.0), "binary", ALL_BUT_WHERE, True),
+    "binary-bad-output": (io_inputs(1, 4), "binary", [{"name": "NOPE"}], True),
+    "json-2x3": (
+        io_inputs(2, 3),
+        "json",
+        [{"name": n["name"]} for n in ALL_BUT_WHERE if n["name"] != "O_F16"],
+        False,
+    ),
+    "json-error": (io_inputs(1, 2, first=-5.0), "json", [{"name": "O_F32"}], False),
+}
+
+
+def send(server: ServerHandle, model: str, case: str) -> tuple[int, bytes, bytes]:
+    arrays, kind, outputs, binary_out = CASES[case]
+    path = f"/v2/models/{model}/infer"
+    if kind == "binary":
+        body, headers = binary_request(arrays, outputs, binary_out)
+    else:
+        arrays = {k: v for k, v in arrays.items() if k != "F16"}  # JSON has no FP16
+        if outputs is not None:
+            outputs = [o for o in outputs if o["name"] != "O_F16"]
+        body, headers = json_request(arrays, outputs), {"Content-Type": "application/json"}
+    return post(server.http_url, path, body, headers)
+
+
+def where(server: ServerHandle, model: str) -> str:
+    body, headers = binary_request(
+        io_inputs(1, 2), [{"name": "WHERE", "parameters": {"binary_data": True}}], True
+    )
+    status, head, answer = post(server.http_url, f"/v2/models/{model}/infer", body, headers)
+    assert status == 200, answer
+    lines = dict(line.split(": ", 1) for line in head.decode().splitlines())
+    split = int(lines["inference-header-content-length"])
+    return answer[split + 4 :].decode()  # one BYTES element: its length, then itself
+
+
+def test_a_lone_request_runs_on_the_loop_once_executions_are_short(server: ServerHandle) -> None:
+    seen = {where(server, "fast_a") for _ in range(WARMUP * 3)}
+    assert "MainThread" in seen
+    # The general path, for the comparisons below: always the instance's thread.
+    for _ in range(WARMUP):
+        assert where(server, "fast_b").startswith("instance-")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_responses_match_the_general_path_byte_for_byte(server: ServerHandle, case: str) -> None:
+    for _ in range(WARMUP):
+        where(server, "fast_a")
+    # A check on the loop after the case means the case ran there too: one execution over
+    # the budget (a busy machine) sends the next ones to the thread; then try again.
+    for _ in range(20):
+        fast = send(server, "fast_a", case)
+        if where(server, "fast_a") == "MainThread":
+            break
+    else:
+        pytest.fail("fast_a never kept its executions on the loop")
+    general = send(server, "fast_b", case)
+    assert fast[0] == general[0]
+    assert fast[1].replace(b"fast_a", b"fast_b") == general[1]
+    assert fast[2].replace(b"fast_a", b"fast_b") == general[2]
+    if case.endswith("error"):
+        assert fast[0] == 400 and b"negative input" in fast[2]
+
+
+def scale_inputs(index: int) -> np.ndarray:
+    rows = 1 + index % 3
+    return (np.arange(rows * 4, dtype=np.float32).reshape(rows, 4) + 100 * index).astype(np.float32)
+
+
+def infer_scale(server: ServerHandle, model: str, x: np.ndarray) -> dict[str, np.ndarray] | str:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        tensor = httpclient.InferInput("X", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        try:
+            result = client.infer(model, [tensor])
+        except Exception as error:  # an error answer: its message
+            return str(error)
+        return {"Y": result.as_numpy("Y"), "ROWSUM": result.as_numpy("ROWSUM")}
+
+
+def test_batched_execute_answers_each_request_with_its_own_rows(server: ServerHandle) -> None:
+    results: dict[tuple[str, int], Any] = {}
+
+    def worker(model: str, index: int) -> None:
+        results[(model, index)] = infer_scale(server, model, scale_inputs(index))
+
+    threads = [
+        threading.Thread(target=worker, args=(m, i))
+        for m in ("batched", "listed")
+        for i in range(24)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for index in range(24):
+        x = scale_inputs(index)
+        for model in ("batched", "listed"):
+            answer = results[(model, index)]
+            assert isinstance(answer, dict), answer
+            np.testing.assert_array_equal(answer["Y"], x * 3 + 1)
+            np.testing.assert_array_equal(answer["ROWSUM"], x.sum(axis=1, keepdims=True))
+
+
+def test_batched_execute_error_fails_the_request_with_the_models_message(
+    server: ServerHandle,
+) -> None:
+    bad = np.full((2, 4), 13, dtype=np.float32)
+    for model in ("batched", "listed"):
+        answer = infer_scale(server, model, bad)
+        assert isinstance(answer, str) and "unlucky row" in answer, answer
+
+
+def test_batched_execute_needs_a_batching_model(tmp_path: Path) -> None:
+    config = scale_config("flat", BATCHED).replace("max_batch_size: 16", "max_batch_size: 0")
+    config = config.replace("dynamic_batching { max_queue_delay_microseconds: 2000 }", "")
+    write_model(tmp_path, "flat", config, SCALE_MODEL)
+    with pytest.raises(HarnessError, match="BATCHED_EXECUTE needs a batching model"):
+        with run_pytriton_server(tmp_path):
+            pass

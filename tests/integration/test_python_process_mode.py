@@ -1,0 +1,248 @@
+"""Python models in process mode (EXECUTION_MODE: "process"), through the real tritonclient:
+answers, crash isolation and restart, decoupled streams, per-model environments."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from harness import ServerHandle, run_pytriton_server, write_python_model
+from tritonclient.utils import InferenceServerException
+
+IDENTITY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            s = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", x * 2),
+                pb_utils.Tensor("TEXT_OUT", np.array([b + b"!" for b in s.reshape(-1)],
+                                                     dtype=np.object_).reshape(s.shape)),
+            ]))
+        return out
+"""
+
+IDENTITY_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ -1 ] }},
+        {{ name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }},
+         {{ name: "TEXT_OUT" data_type: TYPE_STRING dims: [ -1 ] }} ]
+parameters {{ key: "EXECUTION_MODE" value {{ string_value: "process" }} }}
+"""
+
+# What CRASHY does is picked by its input: 1 exits, 2 segfaults, 3 hangs, 4 leaks.
+CRASHY = """
+import ctypes, os, time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.hoard = []
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            what = int(x.reshape(-1)[0])
+            if what == 1:
+                os._exit(1)
+            if what == 2:
+                ctypes.string_at(0)
+            if what == 3:
+                time.sleep(600)
+            if what == 4:
+                while True:
+                    self.hoard.append(b"x" * (16 << 20))
+                    time.sleep(0.01)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x + 1)]))
+        return out
+"""
+
+CRASHY_CONFIG = """
+name: "crashy"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+parameters { key: "EXECUTION_MODE" value { string_value: "process" } }
+parameters { key: "PROCESS_EXECUTE_TIMEOUT_SECONDS" value { string_value: "3" } }
+parameters { key: "PROCESS_MEMORY_LIMIT_BYTES" value { string_value: "400000000" } }
+"""
+
+STREAM = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            sender = request.get_response_sender()
+            for i in range(n):
+                sender.send(pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+STREAM_CONFIG = """
+name: "stream"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+parameters { key: "EXECUTION_MODE" value { string_value: "process" } }
+"""
+
+VERSIONED = """
+import numpy as np
+import confpkg
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        version = np.array([confpkg.VERSION.encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("VERSION", version)])
+                for _ in requests]
+"""
+
+VERSIONED_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "VERSION" data_type: TYPE_STRING dims: [ 1 ] }} ]
+parameters {{ key: "EXECUTION_ENV_PATH" value {{ string_value: "$$TRITON_MODEL_DIRECTORY/env" }} }}
+"""
+
+
+def _env_with_package(env: Path, version: str) -> None:
+    """A virtual environment whose only package is ``confpkg`` at ``version``."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    site = next(env.glob("lib/python*/site-packages"))
+    (site / "confpkg").mkdir()
+    (site / "confpkg" / "__init__.py").write_text(f"VERSION = {version!r}\n")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    root = tmp_path_factory.mktemp("process_mode")
+    write_python_model(root, "identity", IDENTITY_CONFIG.format(name="identity"), IDENTITY)
+    in_process = IDENTITY_CONFIG.format(name="identity_in").replace('"process"', '"in_process"')
+    write_python_model(root, "identity_in", in_process, IDENTITY)
+    write_python_model(root, "crashy", CRASHY_CONFIG, CRASHY)
+    write_python_model(root, "stream", STREAM_CONFIG, STREAM)
+    for name, version in (("pkg_one", "1.0"), ("pkg_two", "2.0")):
+        model_dir = write_python_model(root, name, VERSIONED_CONFIG.format(name=name), VERSIONED)
+        _env_with_package(model_dir / "env", version)
+    with run_pytriton_server(root) as handle:
+        yield handle
+
+
+def _identity(client: httpclient.InferenceServerClient, model: str) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    text = np.array([[b"a", b"bc"], [b"", b"d"]], dtype=np.object_)
+    inputs = [
+        httpclient.InferInput("IN", [2, 3], "FP32"),
+        httpclient.InferInput("TEXT", [2, 2], "BYTES"),
+    ]
+    inputs[0].set_data_from_numpy(x, binary_data=True)
+    inputs[1].set_data_from_numpy(text, binary_data=True)
+    result = client.infer(model, inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUT"), x * 2)
+    expected = np.array([[b"a!", b"bc!"], [b"!", b"d!"]], dtype=np.object_)
+    np.testing.assert_array_equal(result.as_numpy("TEXT_OUT"), expected)
+
+
+def test_identity_answers_from_worker_process(server: ServerHandle) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    for _ in range(3):
+        _identity(client, "identity")
+    big = np.random.default_rng(0).random((8, 300_000), dtype=np.float32)  # grows the arenas
+    inputs = [
+        httpclient.InferInput("IN", list(big.shape), "FP32"),
+        httpclient.InferInput("TEXT", [8, 1], "BYTES"),
+    ]
+    inputs[0].set_data_from_numpy(big, binary_data=True)
+    inputs[1].set_data_from_numpy(np.full((8, 1), b"x", dtype=np.object_), binary_data=True)
+    np.testing.assert_array_equal(client.infer("identity", inputs).as_numpy("OUT"), big * 2)
+    _identity(client, "identity")
+    stats = client.get_inference_statistics("identity")["model_stats"][0]
+    assert int(stats["inference_stats"]["success"]["count"]) >= 5
+
+
+def _crashy(client: httpclient.InferenceServerClient, what: float) -> np.ndarray:
+    inputs = [httpclient.InferInput("IN", [1], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([what], dtype=np.float32))
+    out: np.ndarray = client.infer("crashy", inputs).as_numpy("OUT")
+    return out
+
+
+def _wait_ready(client: httpclient.InferenceServerClient, model: str) -> None:
+    deadline = time.monotonic() + 120
+    while not client.is_model_ready(model):
+        assert time.monotonic() < deadline, f"{model} did not come back"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("what", "words"),
+    [
+        (1.0, "exit code 1"),
+        (2.0, "SIGSEGV"),
+        (3.0, "PROCESS_EXECUTE_TIMEOUT_SECONDS=3"),
+        (4.0, "PROCESS_MEMORY_LIMIT_BYTES=400000000"),
+    ],
+    ids=["os_exit", "segfault", "hang", "leak"],
+)
+def test_worker_failure_is_isolated_and_restarted(
+    server: ServerHandle, what: float, words: str
+) -> None:
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    _wait_ready(client, "crashy")
+    np.testing.assert_array_equal(_crashy(client, 10.0), [11.0])
+    with pytest.raises(InferenceServerException) as failed:
+        _crashy(client, what)
+    message = str(failed.value)
+    assert "crashy" in message and "worker process died" in message and words in message
+    assert not client.is_model_ready("crashy")
+    assert client.is_server_live()
+    _identity(client, "identity")  # the other models never notice
+    _identity(client, "identity_in")
+    _wait_ready(client, "crashy")
+    np.testing.assert_array_equal(_crashy(client, 41.0), [42.0])
+
+
+def test_decoupled_stream_from_worker(server: ServerHandle) -> None:
+    received: list[object] = []
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: received.append(error or result))
+    inputs = [grpcclient.InferInput("N", [1], "INT32")]
+    inputs[0].set_data_from_numpy(np.array([4], dtype=np.int32))
+    client.async_stream_infer("stream", inputs)
+    client.stop_stream()  # waits for the stream to end
+    values = [int(r.as_numpy("OUT")[0]) for r in received]  # type: ignore[attr-defined]
+    assert values == [0, 1, 2, 3]
+
+
+def test_each_model_gets_its_own_environment(server: ServerHandle) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    inputs = [httpclient.InferInput("IN", [1], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([0], dtype=np.float32))
+    for model, version in (("pkg_one", b"1.0"), ("pkg_two", b"2.0")):
+        assert client.infer(model, inputs).as_numpy("VERSION")[0] == version
