@@ -2,7 +2,9 @@
 # The project's GPU checks, in one go, on a machine with an NVIDIA GPU (a few minutes):
 #
 #   tools/gpu-checks.sh            install what is missing, run every GPU test, then the
-#                                  GPU benchmark (bench.cuda_shm, report under .cache/)
+#                                  GPU benchmark (bench.cuda_shm, report under .cache/) and
+#                                  the --workers scaling curve on the machine's many cores
+#                                  (bench.workers_scaling: 1, 2, 4, 8 workers)
 #   tools/gpu-checks.sh -x -k trt  extra arguments go to pytest
 #
 # Installs the `gpu` extra (onnxruntime-gpu, cupy, tensorrt) only where the machine lacks it,
@@ -11,7 +13,8 @@
 # Offline machines: put the wheels in $WHEELS (default .whl/) and they are installed from there.
 # Without the package installed, the compiled extensions are built in place (src/ layout).
 # Environment: PYTHON (default python3), GPU_SITE (default .cache/gpu-site), WHEELS,
-# BENCH_SECONDS (per benchmark mode, default 3).
+# BENCH_SECONDS (per benchmark mode, default 3), WORKERS (the worker counts of the scaling
+# curve, default 1,2,4,8), WORKERS_CONCURRENCY (default 16,64; "" skips the curve).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,4 +78,12 @@ status=0
 
 # The GPU benchmark: CUDA shared memory vs system shm vs the socket, into a GPU model.
 "$PYTHON" -m bench.cuda_shm --seconds "${BENCH_SECONDS:-3}" || status=$?
+
+# --workers: 1, 2, 4, 8 server processes behind one port (a CPU curve: the GPU machine is
+# where there are cores for it). perf_analyzer is needed (tools/install-perf-analyzer.sh).
+if [ -n "${WORKERS_CONCURRENCY-16,64}" ]; then
+  "$PYTHON" -m bench.workers_scaling --workers "${WORKERS:-1,2,4,8}" \
+    --concurrency "${WORKERS_CONCURRENCY-16,64}" --window-ms "$(( ${BENCH_SECONDS:-3} * 1000 ))" \
+    || status=$?
+fi
 exit "$status"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -19,7 +20,14 @@ from pytriton_core.cli_server_flags import (
     startup_notes,
 )
 from pytriton_core.cli_telemetry import add_telemetry_arguments, telemetry_options
+from pytriton_core.cli_workers import (
+    add_worker_arguments,
+    refusals,
+    without_unshared_defaults,
+    worker_command,
+)
 from pytriton_core.errors import ServerError
+from pytriton_core.logging_settings import LogControl
 from pytriton_core.options import (
     OPENAI_EXAMPLE_MODELS,
     CompressionLevel,
@@ -30,6 +38,8 @@ from pytriton_core.options import (
     bundled_repository,
 )
 from pytriton_core.server import ServerRuntime
+from pytriton_core.workers.seat import WorkerSeat
+from pytriton_core.workers.supervisor import Supervisor
 
 log = logging.getLogger("pytriton_core")
 
@@ -134,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in ("--allow-sagemaker", "--allow-vertex-ai"):
         add(flag, type=_false_only, default=False, metavar="false")
     add_server_flag_arguments(parser, _bool)
+    add_worker_arguments(parser)
     return parser
 
 
@@ -300,6 +311,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
+        workers=args.workers,
         **server_flag_options(args),
         **telemetry_options(args, _bool),
         **extension_options(args),
@@ -310,13 +322,21 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    options = options_from_args(args)
-    runtime = ServerRuntime(options)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(given)
+    options, worker_notes = without_unshared_defaults(options_from_args(args), args.metrics_config)
+    for refusal in refusals(options):
+        raise SystemExit(f"error: --workers {options.workers}: {refusal}")
+    if options.workers > 1 and args.worker_board is None:
+        return _supervise(options, given)
+    seat = (
+        None if args.worker_board is None else WorkerSeat.take(args.worker_board, args.worker_index)
+    )
+    runtime = ServerRuntime(options, seat)
     runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
     pool_size = args.grpc_option_infer_allocation_pool_size
     notes = startup_notes(args, pool_size != GrpcOptions().infer_allocation_pool_size)
-    for note in (*notes, *backend_config_notes(options.backend_config)):
+    for note in (*notes, *worker_notes, *backend_config_notes(options.backend_config)):
         log.info("%s", note)
     try:
         return uvloop.run(runtime.run_until_signalled())
@@ -324,3 +344,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # As tritonserver reports a server that could not start.
         log.error("error: creating server: %s", exc.status_text.replace(": ", " - ", 1))
         return 1
+
+
+def _supervise(options: ServerOptions, argv: Sequence[str]) -> int:
+    """The parent of ``--workers N``: the workers serve; it watches and restarts them."""
+    LogControl(options.log).install()  # the --log-* settings, as a worker's
+    supervisor = Supervisor(
+        options.workers,
+        lambda index, board: worker_command(argv, index, board),
+        options.exit_timeout_secs,
+    )
+    return supervisor.run()

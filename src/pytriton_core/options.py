@@ -296,6 +296,8 @@ class ServerOptions:
     strict_readiness: bool = True
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
+    # --workers: how many server processes share the ports (each worker's options say it).
+    workers: int = 1
     model_load_thread_count: int = 4  # models (and versions) loading at once
     model_load_retry_count: int = 0  # further attempts at a version that failed to load
     model_namespacing: bool = False  # one namespace per repository: a name may repeat

@@ -24,6 +24,9 @@ from pytriton_core.runtime.services import ServerServices
 from pytriton_core.scheduling.rate_limiter import RateLimiter
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import TraceManager
+from pytriton_core.workers.board import WorkerState
+from pytriton_core.workers.peers import PeerLink
+from pytriton_core.workers.seat import WorkerSeat
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,10 @@ class ServerRuntime:
     its own for in-process use.
     """
 
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: ServerOptions, seat: WorkerSeat | None = None) -> None:
         self.options = options
+        # One worker of --workers N: its place on the board the workers share.
+        self._seat = seat
         # The server log's settings (the logging extension); ``log_control.install()``
         # routes Python logging through them (the CLI does; an embedding application
         # keeps its own logging).
@@ -84,6 +89,7 @@ class ServerRuntime:
         self._tracer: TraceManager | None = None
         self._reporter: MetricsReporter | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
+        self._peers: PeerLink | None = None
         # Custom metrics that models create with pb_utils.MetricFamily: this server's own.
         self.metric_registry = MetricRegistry()
         self.services = ServerServices()
@@ -96,6 +102,10 @@ class ServerRuntime:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        seat = self._seat
+        if seat is not None:
+            seat.set_state(WorkerState.STARTING)
+            self._peers = seat.peer_link()
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
         staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
         self.services = server_services(self.options)
@@ -106,6 +116,7 @@ class ServerRuntime:
             host_staging=staging,
             custom_metrics=self.metric_registry,
             services=self.services,
+            **({} if seat is None else {"statistics": seat.statistics_factory()}),
         )
         shared_memory = SharedMemoryManager(
             allow_client=self.options.memory.allow_client_shm, staging=staging
@@ -116,7 +127,11 @@ class ServerRuntime:
             shared_memory,
             tracer=self._tracer,
             log_control=self.log_control,
+            peers_ready=None if seat is None else seat.all_serving,
+            peers=self._peers,
         )
+        if self._peers is not None:
+            await self._peers.start(self._service)
         warning = open_repository_api_warning(
             self.options.restricted,
             explicit_mode=self.options.model_control_mode is ModelControlMode.EXPLICIT,
@@ -133,6 +148,13 @@ class ServerRuntime:
                 await manager.unload_all()
                 raise failure
             log.error("%s", failure.status_text)
+        if self._peers is not None:
+            # Started in a dead worker's place: serve what the other workers serve, with
+            # the settings and regions they have.
+            await self._peers.copy_state_from_a_peer(
+                self._service,
+                explicit_models=self.options.model_control_mode is ModelControlMode.EXPLICIT,
+            )
         if self.options.model_control_mode is ModelControlMode.POLL:
             self._poller = asyncio.get_running_loop().create_task(
                 manager.poll_forever(self.options.repository_poll_secs)
@@ -166,8 +188,12 @@ class ServerRuntime:
             self.metrics_port = await self._metrics_endpoint.start(
                 self.options.metrics_address or self.options.http_address,
                 self.options.metrics_port,
+                reuse_port=seat is not None,
             )
         self._service.live = True
+        if seat is not None:
+            seat.set_state(WorkerState.SERVING)
+            seat.watch_parent(loop)
 
     def metrics_text(self) -> str:
         """The Prometheus page, as ``/metrics`` serves it ("" with metrics off)."""
@@ -189,6 +215,8 @@ class ServerRuntime:
             return True
         service.exiting = True
         manager.stop_accepting()
+        if self._seat is not None:
+            self._seat.set_state(WorkerState.DRAINING)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.exit_timeout_secs
         if self._poller is not None:
@@ -219,6 +247,8 @@ class ServerRuntime:
             await self._reporter.stop()
         log.info("All models are stopped, unloading models")
         await manager.unload_all(max(0.0, deadline - loop.time()))
+        if self._peers is not None:
+            await self._peers.stop()
         if self._tracer is not None:
             self._tracer.close()
         return clean

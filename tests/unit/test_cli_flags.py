@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytriton_core.backends.settings import backend_config_notes
-from pytriton_core.cli import build_parser, options_from_args
+from pytriton_core.cli import build_parser, main, options_from_args
 from pytriton_core.cli_server_flags import NOTED_FLAGS, startup_notes
 
 # tritonserver 2.51's --help, and the flags 2.73 adds (its command_line_parser.cc). The
@@ -162,6 +162,31 @@ def test_backend_config_keys_that_nothing_reads_are_said_at_startup() -> None:
         "--backend-config=tensorflow,allow-soft-placement=true: this server has no backend "
         "'tensorflow'; not used",
     ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--model-control-mode=poll"], "--model-control-mode=poll"),
+        (["--metrics-config", "summary_latencies=true"], "summary_latencies"),
+        (["--http-port=0"], "--http-port=0"),
+    ],
+)
+def test_workers_refuse_what_they_cannot_share(flags: list[str], named: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--workers=2", *flags])
+    assert "--workers 2" in str(exit_info.value) and named in str(exit_info.value)
+
+
+def test_workers_count() -> None:
+    parser = build_parser()
+    assert options_from_args(parser.parse_args(["--workers=3"])).workers == 3
+    assert options_from_args(parser.parse_args(["--workers=auto"])).workers == len(
+        os.sched_getaffinity(0)
+    )
+    for bad in ("0", "-1", "many"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([f"--workers={bad}"])
 
 
 def test_the_openai_flags_set_their_options_and_need_allow_openai() -> None:

@@ -11,7 +11,7 @@ import enum
 import math
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytriton_core.options import (
@@ -301,6 +301,10 @@ class ModelStatistics:
             first_response=histogram,
         )
 
+    def snapshot(self) -> ModelStatistics:
+        """The counters to report: these (a worker of ``--workers N`` sums its peers')."""
+        return self
+
     def record_execution(
         self, batch_size: int, timing: ComputeTiming, inferences: int | None = None
     ) -> None:
@@ -405,3 +409,19 @@ class ModelStatistics:
     def record_first_response(self, arrival_ns: int, now_ns: int) -> None:
         if self.first_response is not None:
             self.first_response.observe((now_ns - arrival_ns) / 1e6)
+
+
+# Makes a loaded model version's counters: (name, version, metrics, histogram buckets).
+StatisticsFactory = Callable[
+    [str, int, MetricsOptions | None, Mapping[str, Sequence[float]] | None], ModelStatistics
+]
+
+
+def default_statistics(
+    name: str,
+    version: int,
+    metrics: MetricsOptions | None,
+    histogram_buckets: Mapping[str, Sequence[float]] | None,
+) -> ModelStatistics:
+    """In-process counters (one server process)."""
+    return ModelStatistics.create(metrics, histogram_buckets)

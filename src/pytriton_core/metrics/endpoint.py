@@ -36,13 +36,16 @@ class MetricsEndpoint:
         self._router.add(r"/metrics/?", None, GET=metrics)
         self._router.add(r".*", None, GET=empty)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
+        """Listen; ``reuse_port``: the workers of ``--workers N`` share the port (each
+        serves the page summed over all of them)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: HttpProtocol(self._router, _MAX_BODY, self._connections),
             host,
             port,
             reuse_address=True,
+            reuse_port=reuse_port,
         )
         bound: int = self._server.sockets[0].getsockname()[1]
         log.info("Started Metrics Service at %s:%d", host, bound)

@@ -131,7 +131,7 @@ def _us(ns: int) -> int:
 
 def _failures(model: Model, context: ReadContext) -> Iterable[Sample]:
     return (
-        Sample((("reason", reason.value),), model.stats.failures[reason])
+        Sample((("reason", reason.value),), model.stats.snapshot().failures[reason])
         for reason in FailureReason
     )
 
@@ -169,7 +169,7 @@ def _number(value: float) -> str:
 
 def _summary(pick: Callable[[LatencySummaries], SlidingSummary]) -> ModelReader:
     def read(model: Model, context: ReadContext) -> Iterable[Sample]:
-        summaries = model.stats.summaries
+        summaries = model.stats.snapshot().summaries
         if summaries is None:
             return ()
         return summary_samples(pick(summaries), context.quantiles, context.now_ns)
@@ -179,7 +179,7 @@ def _summary(pick: Callable[[LatencySummaries], SlidingSummary]) -> ModelReader:
 
 def _histogram(pick: Callable[[LatencyHistograms], Histogram]) -> ModelReader:
     def read(model: Model, context: ReadContext) -> Iterable[Sample]:
-        histograms = model.stats.histograms
+        histograms = model.stats.snapshot().histograms
         return histogram_samples(pick(histograms)) if histograms is not None else ()
 
     return read
@@ -210,7 +210,7 @@ FAMILIES: tuple[Family, ...] = (
         Kind.COUNTER,
         "Number of successful inference requests, all batch sizes",
         _I,
-        per_model=lambda m, c: _one(m.stats.success.count),
+        per_model=lambda m, c: _one(m.stats.snapshot().success.count),
     ),
     Family(
         "nv_inference_request_failure",
@@ -224,42 +224,42 @@ FAMILIES: tuple[Family, ...] = (
         Kind.COUNTER,
         "Number of inferences performed (does not include cached requests)",
         _I,
-        per_model=lambda m, c: _one(m.stats.inference_count),
+        per_model=lambda m, c: _one(m.stats.snapshot().inference_count),
     ),
     Family(
         "nv_inference_exec_count",
         Kind.COUNTER,
         "Number of model executions performed (does not include cached requests)",
         _I,
-        per_model=lambda m, c: _one(m.stats.execution_count),
+        per_model=lambda m, c: _one(m.stats.snapshot().execution_count),
     ),
     Family(
         "nv_inference_request_duration_us",
         Kind.COUNTER,
         "Cumulative inference request duration in microseconds (includes cached requests)",
         _C,
-        per_model=lambda m, c: _one(_us(m.stats.success.ns)),
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().success.ns)),
     ),
     Family(
         "nv_inference_queue_duration_us",
         Kind.COUNTER,
         "Cumulative inference queuing duration in microseconds (includes cached requests)",
         _C,
-        per_model=lambda m, c: _one(_us(m.stats.queue.ns)),
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().queue.ns)),
     ),
     Family(
         "nv_inference_compute_input_duration_us",
         Kind.COUNTER,
         "Cumulative compute input duration in microseconds (does not include cached requests)",
         _C,
-        per_model=lambda m, c: _one(_us(m.stats.compute_input.ns)),
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().compute_input.ns)),
     ),
     Family(
         "nv_inference_compute_infer_duration_us",
         Kind.COUNTER,
         "Cumulative compute inference duration in microseconds (does not include cached requests)",
         _C,
-        per_model=lambda m, c: _one(_us(m.stats.compute_infer.ns)),
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().compute_infer.ns)),
     ),
     Family(
         "nv_inference_compute_output_duration_us",
@@ -267,14 +267,14 @@ FAMILIES: tuple[Family, ...] = (
         "Cumulative inference compute output duration in microseconds (does not include "
         "cached requests)",
         _C,
-        per_model=lambda m, c: _one(_us(m.stats.compute_output.ns)),
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().compute_output.ns)),
     ),
     Family(
         "nv_cache_num_hits_per_model",
         Kind.COUNTER,
         "Number of cache hits per model",
         _C,
-        per_model=lambda m, c: _one(m.stats.cache_hit.count),
+        per_model=lambda m, c: _one(m.stats.snapshot().cache_hit.count),
         has=_cached,
     ),
     Family(
@@ -282,7 +282,7 @@ FAMILIES: tuple[Family, ...] = (
         Kind.COUNTER,
         "Total cache hit duration per model, in microseconds",
         _C,
-        per_model=lambda m, c: _one(_us(m.stats.cache_hit.ns)),
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().cache_hit.ns)),
         has=_cached,
     ),
     Family(
@@ -290,7 +290,7 @@ FAMILIES: tuple[Family, ...] = (
         Kind.COUNTER,
         "Number of cache misses per model",
         _C,
-        per_model=lambda m, c: _one(m.stats.cache_miss.count),
+        per_model=lambda m, c: _one(m.stats.snapshot().cache_miss.count),
         has=_cached,
     ),
     Family(
@@ -298,7 +298,7 @@ FAMILIES: tuple[Family, ...] = (
         Kind.COUNTER,
         "Total cache miss (insert+lookup) duration per model, in microseconds",
         _C,
-        per_model=lambda m, c: _one(_us(m.stats.cache_miss.ns)),
+        per_model=lambda m, c: _one(_us(m.stats.snapshot().cache_miss.ns)),
         has=_cached,
     ),
     Family(
@@ -349,7 +349,7 @@ FAMILIES: tuple[Family, ...] = (
         Kind.HISTOGRAM,
         "Duration from request to first response in milliseconds",
         _H,
-        per_model=lambda m, c: histogram_samples(m.stats.first_response),
+        per_model=lambda m, c: histogram_samples(m.stats.snapshot().first_response),
     ),
     Family(
         REQUEST_HISTOGRAM,

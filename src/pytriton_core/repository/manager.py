@@ -40,7 +40,7 @@ from pytriton_core.errors import (
     ServerError,
     UnavailableError,
 )
-from pytriton_core.inference.statistics import ModelStatistics
+from pytriton_core.inference.statistics import StatisticsFactory, default_statistics
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
@@ -103,9 +103,11 @@ class ModelManager:
         host_staging: StagingPool | None = None,
         custom_metrics: MetricRegistry | None = None,
         services: ServerServices | None = None,
+        statistics: StatisticsFactory = default_statistics,
     ) -> None:
         self._options = options
         self._services = services
+        self._statistics = statistics
         self._loop = loop
         self._namespacing = options.model_namespacing
         gpu_ids = visible_gpu_ids(options.min_supported_compute_capability)
@@ -127,6 +129,7 @@ class ModelManager:
             custom_metrics,
             services=services,
             server=self._calls,
+            statistics=statistics,
         )
         # Polls and version starts, for every model at once: --model-load-thread-count.
         self._load_pool = ThreadPoolExecutor(
@@ -657,7 +660,7 @@ class ModelManager:
         cfg.model_transaction_policy.decoupled = decoupled
         spec = ModelSpec.from_config(config, version)
         metrics = self._options.metrics if self._options.allow_metrics else None
-        stats = ModelStatistics.create(metrics, spec.histogram_buckets)
+        stats = self._statistics(spec.name, version, metrics, spec.histogram_buckets)
         model = EnsembleModel(
             spec, config, polled.model_dir, self._loop, self.get, stats, self._services
         )

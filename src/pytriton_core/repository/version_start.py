@@ -26,7 +26,7 @@ from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.devices import device_memory
 from pytriton_core.errors import InternalError, ServerError, UnavailableError
-from pytriton_core.inference.statistics import ModelStatistics
+from pytriton_core.inference.statistics import StatisticsFactory, default_statistics
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ServerOptions
@@ -59,6 +59,7 @@ class VersionStarter:
     custom_metrics: MetricRegistry | None = None
     services: ServerServices | None = None  # the response cache and the rate limiter
     server: ServerCalls | None = None  # what model code calls (BLS)
+    statistics: StatisticsFactory = default_statistics  # --workers N: shared counters
 
     def start(self, polled: PolledModel, version: int) -> Model:
         """Start ``version``, retrying as told; raises the last failure."""
@@ -91,7 +92,7 @@ class VersionStarter:
         spec = ModelSpec.from_config(config, version)
         backend_model = backend.load_model(spec, location, config)
         metrics = self.options.metrics if self.options.allow_metrics else None
-        stats = ModelStatistics.create(metrics, spec.histogram_buckets)
+        stats = self.statistics(spec.name, version, metrics, spec.histogram_buckets)
         model = Model(
             spec, config, polled.model_dir, backend_model, self.loop, stats, services=self.services
         )

@@ -9,9 +9,10 @@ log control and the shared-memory registry stay behind these methods.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
+from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from pytriton_core import types
@@ -62,6 +63,21 @@ def parse_version(text: str | None) -> int:
     return int(text)
 
 
+class PeerReplication(Protocol):
+    """The other workers of ``--workers N``: a load or unload applied here is applied
+    there before the call returns."""
+
+    async def load(
+        self, name: str, config: str | None, files: Mapping[str, bytes] | None
+    ) -> None: ...
+
+    async def unload(self, name: str, unload_dependents: bool) -> None: ...
+
+    def replay(self, method: str, args: Sequence[Any]) -> None:
+        """Call ``method(*args, replicate=False)`` of every other worker's service, and
+        wait for them."""
+
+
 class InferenceService:
     def __init__(
         self,
@@ -71,8 +87,13 @@ class InferenceService:
         *,
         tracer: TraceManager | None = None,
         log_control: LogControl | None = None,
+        peers_ready: Callable[[], bool] | None = None,
+        peers: PeerReplication | None = None,
     ) -> None:
         self.options = options
+        # --workers N: whether every other worker is serving too (None: one process).
+        self._peers_ready = peers_ready
+        self._peers = peers
         self._manager = manager
         self._tracer = tracer if tracer is not None else TraceManager(options.trace)
         self._log_control = log_control if log_control is not None else LogControl(options.log)
@@ -102,6 +123,8 @@ class InferenceService:
         if self.exiting:
             raise UnavailableError("Server exiting")
         if not self.live:
+            return False
+        if self._peers_ready is not None and not self._peers_ready():
             return False
         return self._manager.is_ready() if self.options.strict_readiness else True
 
@@ -215,15 +238,36 @@ class InferenceService:
         return self._manager.index(ready_only)
 
     async def load_model(
-        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+        self,
+        name: str,
+        config: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        *,
+        replicate: bool = True,
     ) -> None:
-        """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
+        """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config.
+        With ``--workers N`` every other worker loads it too before this returns (unless
+        ``replicate`` is False: the call came from another worker)."""
         self._require_explicit_mode()
         await self._manager.load(name, config, files)
+        if replicate and self._peers is not None:
+            await self._peers.load(name, config, files)
 
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+    async def unload_model(
+        self, name: str, unload_dependents: bool = False, *, replicate: bool = True
+    ) -> None:
         self._require_explicit_mode()
         await self._manager.unload(name, unload_dependents)
+        if replicate and self._peers is not None:
+            await self._peers.unload(name, unload_dependents)
+
+    def ready_model_configs(self) -> dict[str, str]:
+        """Each ready model's config as JSON (its newest ready version's): what a worker
+        started in a dead one's place loads to serve what the others serve."""
+        configs = {}
+        for model in self._manager.all_ready():
+            configs[model.name] = json_format.MessageToJson(model.config)
+        return configs
 
     # --------------------------------------------------------- statistics
 
@@ -258,11 +302,18 @@ class InferenceService:
         return self._tracer.settings(model)
 
     def update_trace_settings(
-        self, model: str | None, changes: Mapping[str, SettingChange]
+        self,
+        model: str | None,
+        changes: Mapping[str, SettingChange],
+        *,
+        replicate: bool = True,
     ) -> dict[str, list[str] | str]:
         """Apply ``changes`` (None clears a model's own value) and return the settings."""
         self.check_trace_model(model)
-        return self._tracer.update(model, changes)
+        settings = self._tracer.update(model, changes)
+        if replicate:
+            self._replay("update_trace_settings", model, dict(changes))
+        return settings
 
     def check_trace_model(self, name: str | None) -> None:
         """Model-scoped trace settings need the model loaded (Triton's error otherwise)."""
@@ -272,14 +323,25 @@ class InferenceService:
             except ServerError:
                 raise InvalidArgumentError(f"Request for unknown model : {name}") from None
 
+    def _replay(self, method: str, *args: Any) -> None:
+        """A per-process setting changed here: the same change in every other worker of
+        ``--workers N`` before the call returns."""
+        if self._peers is not None:
+            self._peers.replay(method, args)
+
     # ---------------------------------------------------------- log settings
 
     def log_settings(self) -> dict[str, Any]:
         return self._log_control.settings.to_json()
 
-    def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+    def update_log_settings(
+        self, changes: dict[str, Any], *, replicate: bool = True
+    ) -> dict[str, Any]:
         """Apply already-validated values (``logging_settings.SETTABLE`` keys)."""
-        return self._log_control.update(changes).to_json()
+        settings = self._log_control.update(changes).to_json()
+        if replicate:
+            self._replay("update_log_settings", changes)
+        return settings
 
     # ------------------------------------------------- shared-memory settings
 
@@ -295,17 +357,45 @@ class InferenceService:
         """The ``kind`` ("system" or "cuda") regions, or just ``region``."""
         return self._shared_memory.status(kind, region)
 
-    def register_system_shm(self, region: str, key: str, offset: int, byte_size: int) -> None:
+    # A region registered through one worker of --workers N is registered in every worker
+    # (each maps it), so requests through any of them can use it, and each lists it once.
+    def register_system_shm(
+        self, region: str, key: str, offset: int, byte_size: int, *, replicate: bool = True
+    ) -> None:
         self._shared_memory.register_system(region, key, offset, byte_size)
+        if replicate:
+            self._replay_or_undo(
+                "register_system_shm", ("system", region), region, key, offset, byte_size
+            )
 
     def register_cuda_shm(
-        self, region: str, raw_handle: bytes, device_id: int, byte_size: int
+        self,
+        region: str,
+        raw_handle: bytes,
+        device_id: int,
+        byte_size: int,
+        *,
+        replicate: bool = True,
     ) -> None:
         self._shared_memory.register_cuda(region, raw_handle, device_id, byte_size)
+        if replicate:
+            self._replay_or_undo(
+                "register_cuda_shm", ("cuda", region), region, raw_handle, device_id, byte_size
+            )
 
-    def unregister_shm(self, kind: str, region: str | None) -> None:
+    def _replay_or_undo(self, method: str, registered: tuple[str, str], *args: Any) -> None:
+        """A registration the other workers refuse is not kept here either."""
+        try:
+            self._replay(method, *args)
+        except ServerError:
+            self._shared_memory.unregister(*registered)
+            raise
+
+    def unregister_shm(self, kind: str, region: str | None, *, replicate: bool = True) -> None:
         """Forget one region of ``kind`` or, with no name, all of them."""
         self._shared_memory.unregister(kind, region)
+        if replicate:
+            self._replay("unregister_shm", kind, region)
 
     # ------------------------------------------ shared memory of one request
 

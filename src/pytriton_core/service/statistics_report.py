@@ -19,7 +19,7 @@ def _duration(d: Duration) -> dict[str, int]:
 
 
 def _model_stats(model: Model) -> dict[str, Any]:
-    s: ModelStatistics = model.stats
+    s: ModelStatistics = model.stats.snapshot()
     return {
         "name": model.name,
         "version": str(model.version),

@@ -1,0 +1,102 @@
+"""``--workers N``: the flag, what it refuses, and a worker's command line.
+
+The parent runs ``Supervisor``; each worker is this same command line run again with
+``--worker-index`` and ``--worker-board`` (internal, hidden from ``--help``) and both
+ports shared (``--reuse-http-port``, ``--reuse-grpc-port``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.workers.supervisor import available_cores
+
+_INTERNAL = ("--worker-index", "--worker-board")
+
+
+def _workers(text: str) -> int:
+    if text == "auto":
+        return available_cores()
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected a count >= 1 or 'auto', got '{text}'")
+    return count
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N|auto",
+        help="server processes sharing the HTTP, gRPC and metrics ports (auto: one per "
+        "core available); statistics and metrics are summed over them",
+    )
+    add("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    add("--worker-board", type=Path, default=None, help=argparse.SUPPRESS)
+
+
+def without_unshared_defaults(
+    options: ServerOptions, metrics_config: Sequence[str]
+) -> tuple[ServerOptions, list[str]]:
+    """With N > 1, the latency histograms (on by default here, off in Triton) are turned
+    off unless ``--metrics-config histogram_latencies=true`` asks for them (which
+    ``refusals`` then refuses): their buckets are not yet summed over workers."""
+    given = any(item.startswith("histogram_latencies=") for item in metrics_config)
+    if options.workers <= 1 or given or not options.metrics.histogram_latencies:
+        return options, []
+    metrics = dataclasses.replace(options.metrics, histogram_latencies=False)
+    note = (
+        f"--workers {options.workers}: the latency histograms are off (their buckets are not "
+        "yet summed over workers; Triton's default is off too)"
+    )
+    return dataclasses.replace(options, metrics=metrics), [note]
+
+
+def refusals(options: ServerOptions) -> list[str]:
+    """What ``--workers N`` (N > 1) cannot do yet, each naming the flag to change."""
+    if options.workers <= 1:
+        return []
+    found = []
+    if options.model_control_mode is ModelControlMode.POLL:
+        found.append(
+            "--model-control-mode=poll: each worker would poll the repositories on its own "
+            "and reload at its own moment; use none or explicit"
+        )
+    metrics = options.metrics
+    for flag, enabled in (
+        ("summary_latencies", metrics.summary_latencies),
+        ("histogram_latencies", metrics.histogram_latencies),
+    ):
+        if enabled and options.allow_metrics:
+            found.append(
+                f"--metrics-config {flag}=true: latency distributions are not yet summed "
+                "over workers"
+            )
+    for name, port in (("--http-port", options.http_port), ("--grpc-port", options.grpc_port)):
+        if port == 0:
+            found.append(f"{name}=0: the workers need one known port to share")
+    return found
+
+
+def worker_command(argv: Sequence[str], index: int, board: Path) -> list[str]:
+    """Worker ``index``'s command line: the parent's, with the ports shared."""
+    return [
+        sys.executable,
+        "-m",
+        "pytriton_core",
+        *argv,
+        "--reuse-http-port=true",
+        "--reuse-grpc-port=true",
+        f"--worker-index={index}",
+        f"--worker-board={board}",
+    ]

@@ -1,0 +1,153 @@
+"""The parent of ``--workers N``: starts N worker processes, each a whole server, that
+listen on the same ports (SO_REUSEPORT), restarts one that dies, and drains them all on
+SIGINT/SIGTERM.
+
+The parent serves nothing itself and never starts an event loop, gRPC or a model: it
+only holds the board (``board.py``) that the workers share, and watches them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from pytriton_core.workers.board import WorkerBoard, WorkerState
+
+log = logging.getLogger(__name__)
+
+# A worker that dies before it ever served, this many times in a row, stops the server:
+# it would only fail again (a model that cannot load, a port taken by another program).
+MAX_FAILED_STARTS = 3
+_POLL_S = 0.05
+
+
+@dataclass(slots=True)
+class _Worker:
+    index: int
+    process: subprocess.Popen[bytes]
+    served: bool = False  # reached SERVING at least once
+
+
+def board_folder() -> Path:
+    """A private folder for the board, in memory where the system has /dev/shm."""
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix="pytriton-workers-", dir=shm if shm.is_dir() else None))
+
+
+class Supervisor:
+    """Runs ``count`` workers; ``command(index, board_path)`` is one worker's argv."""
+
+    def __init__(
+        self,
+        count: int,
+        command: Callable[[int, Path], Sequence[str]],
+        exit_timeout_s: float,
+    ) -> None:
+        self._count = count
+        self._command = command
+        # The workers' own drain takes up to --exit-timeout-secs; past that and a margin
+        # for unloading models, a worker still running is killed.
+        self._kill_after_s = exit_timeout_s + 15.0
+        self._stopping = False
+        self._workers: dict[int, _Worker] = {}
+        self._failed_starts: dict[int, int] = {}
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stopping = True
+
+    def run(self) -> int:
+        """Serve until signalled (0 when every worker stopped cleanly) or until a worker
+        cannot start (1)."""
+        folder = board_folder()
+        board = WorkerBoard.create(folder, self._count)
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            for index in range(self._count):
+                self._spawn(board, index)
+            status = self._watch(board)
+            return self._drain() or status
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            board.close()
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _spawn(self, board: WorkerBoard, index: int) -> None:
+        argv = list(self._command(index, board.path))
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        self._workers[index] = _Worker(index, process)
+        log.info("worker %d started (pid %d)", index, process.pid)
+
+    def _watch(self, board: WorkerBoard) -> int:
+        announced = False
+        while not self._stopping:
+            for worker in list(self._workers.values()):
+                slot = board.slot(worker.index)
+                if not worker.served and slot.state() is WorkerState.SERVING:
+                    worker.served = True
+                    self._failed_starts[worker.index] = 0
+                status = worker.process.poll()
+                if status is None:
+                    continue
+                slot.mark_down()  # not ready; its counters stay
+                if self._stopping:
+                    break
+                if not worker.served:
+                    failures = self._failed_starts.get(worker.index, 0) + 1
+                    self._failed_starts[worker.index] = failures
+                    if failures >= MAX_FAILED_STARTS or not announced:
+                        log.error(
+                            "worker %d exited with status %d before serving; stopping",
+                            worker.index,
+                            status,
+                        )
+                        del self._workers[worker.index]
+                        return 1
+                log.warning(
+                    "worker %d (pid %d) exited with status %d; starting it again",
+                    worker.index,
+                    worker.process.pid,
+                    status,
+                )
+                self._spawn(board, worker.index)
+            if not announced and board.all_serving():
+                announced = True
+                log.info("all %d workers are serving", self._count)
+            time.sleep(_POLL_S)
+        return 0
+
+    def _drain(self) -> int:
+        """SIGTERM to every worker, then wait: each finishes its in-flight requests."""
+        for worker in self._workers.values():
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self._kill_after_s
+        status = 0
+        for worker in self._workers.values():
+            try:
+                code = worker.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("worker %d did not stop in time: killed", worker.index)
+                worker.process.kill()
+                code = worker.process.wait()
+            status = status or (1 if code else 0)
+        return status
+
+
+def available_cores() -> int:
+    """The cores this process may run on (``--workers auto``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

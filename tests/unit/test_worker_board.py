@@ -1,0 +1,69 @@
+"""The workers' board: counters one worker writes are read, summed, by another; a worker
+started in a dead one's place continues its counters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
+from pytriton_core.workers.board import WorkerBoard, WorkerState
+from pytriton_core.workers.shared_stats import SharedStatisticsFactory
+
+
+def _record(stats: ModelStatistics, batch_size: int) -> None:
+    timing = ComputeTiming(start_ns=100, input_end_ns=110, infer_end_ns=150, end_ns=160)
+    stats.record_execution(batch_size, timing)
+    for _ in range(batch_size):
+        stats.record_request_success(0, 90, timing, 170)
+
+
+def test_each_worker_reports_the_sum(tmp_path: Path) -> None:
+    board = WorkerBoard.create(tmp_path, 2)
+    peer_board = WorkerBoard.open(board.path)  # as the other process maps it
+    mine = SharedStatisticsFactory(board, 0)("m", 1, None, None)
+    theirs = SharedStatisticsFactory(peer_board, 1)("m", 1, None, None)
+    other_model = SharedStatisticsFactory(peer_board, 1)("other", 1, None, None)
+    _record(mine, 2)
+    _record(theirs, 3)
+    _record(theirs, 2)
+    _record(other_model, 4)
+    theirs.record_request_failure(0, 5, FailureReason.BACKEND)
+    total = mine.snapshot()
+    assert total.success.count == 2 + 3 + 2
+    assert total.success.ns == 7 * 170
+    assert total.inference_count == 7 and total.execution_count == 3
+    assert total.fail.count == 1 and total.failures[FailureReason.BACKEND] == 1
+    assert {size: b.compute_infer.count for size, b in total.batch_stats.items()} == {2: 2, 3: 1}
+    assert total.batch_stats[2].compute_infer.ns == 2 * 40
+    assert theirs.snapshot().success.count == 7  # the same sum, read from the other side
+    assert mine.success.count == 2  # a worker's own counters stay its own
+
+
+def test_a_restarted_worker_continues_its_predecessors_counters(tmp_path: Path) -> None:
+    board = WorkerBoard.create(tmp_path, 2)
+    first = SharedStatisticsFactory(board, 1)("m", 1, None, None)
+    _record(first, 3)
+    board.slot(1).mark_down()  # the parent, after worker 1 died
+    assert board.slot(1).state() is WorkerState.DOWN
+    reader = SharedStatisticsFactory(board, 0)("m", 1, None, None)
+    assert reader.snapshot().success.count == 3  # its completed requests still count
+    factory = SharedStatisticsFactory(WorkerBoard.open(board.path), 1)
+    second = factory("m", 1, None, None)
+    assert second.success.count == 3 and second.batch_stats[3].compute_input.count == 1
+    _record(second, 3)
+    assert reader.snapshot().success.count == 6
+    assert reader.snapshot().batch_stats[3].compute_input.count == 2
+    # Loaded again within one process: a new version's counters start from zero.
+    again = factory("m", 1, None, None)
+    assert again.success.count == 0
+    assert reader.snapshot().success.count == 0
+
+
+def test_all_serving_needs_every_worker(tmp_path: Path) -> None:
+    board = WorkerBoard.create(tmp_path, 2)
+    board.slot(0).set_state(WorkerState.SERVING, 11)
+    assert not board.all_serving()
+    board.slot(1).set_state(WorkerState.SERVING, 12)
+    assert board.all_serving() and board.slot(1).pid() == 12
+    board.slot(1).set_state(WorkerState.DRAINING)
+    assert not board.all_serving()
