@@ -415,13 +415,23 @@ def test_malformed_message_is_an_invalid_argument(server: ServerHandle) -> None:
     channel.close()
 
 
-def test_raw_inputs_beyond_the_inputs_are_ignored(
+def test_raw_inputs_beyond_the_inputs_are_refused(
     stub: service_pb2_grpc.GRPCInferenceServiceStub,
 ) -> None:
+    """More raw_input_contents than inputs is INVALID_ARGUMENT, as too few is (Triton 2.51
+    ignores the spare ones silently)."""
     request = service_pb2.ModelInferRequest(model_name="dtype_int32")
     request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 2])
     request.raw_input_contents.append(np.array([7, 8], np.int32).tobytes())
     request.raw_input_contents.append(b"spare")
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(request)
+    assert (info.value.code(), info.value.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "unexpected additional input data for model 'dtype_int32': 2 raw_input_contents for "
+        "1 inputs that take raw data",
+    )
+    del request.raw_input_contents[1]
     output = grpcclient.InferResult(stub.ModelInfer(request)).as_numpy("OUTPUT0")
     assert output.tolist() == [[7, 8]]
 

@@ -26,6 +26,7 @@ from pytriton_core.errors import (
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor_data import check_tensor_limits
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
 from pytriton_core.options import ModelControlMode, ServerOptions
@@ -168,6 +169,7 @@ class InferenceService:
         once the final response has left.
         """
         self.check_accepting()
+        check_tensor_limits(request, self.options.limits)
         if request.trace is None:
             request.trace = self._tracer.sample(model.name)
         model.submit(request)
@@ -327,6 +329,7 @@ class InferenceService:
             input_name=input_name,
             model_name=model_name,
             request_id=request_id,
+            max_bytes_elements=self.options.limits.max_bytes_elements,
         )
 
     def shm_output(self, output_name: str, ref: ShmReference) -> ShmOutput:
