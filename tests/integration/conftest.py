@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from certificates import certificates  # noqa: F401  (the TLS tests' fixture)
 from harness import EXAMPLES_REPOSITORY, ServerHandle, run_pytriton_server
 
 
