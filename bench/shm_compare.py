@@ -30,9 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "identity_fp32"
@@ -81,10 +82,10 @@ def _free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in sockets]
 
 
-def _ready(http_port: int) -> bool:
+def _ready(http_port: int, model: str) -> bool:
     connection = http.client.HTTPConnection(LOOPBACK, http_port, timeout=2)
     try:
-        connection.request("GET", f"/v2/models/{MODEL}/ready")
+        connection.request("GET", f"/v2/models/{model}/ready")
         return connection.getresponse().status == 200
     except OSError:
         return False
@@ -94,10 +95,14 @@ def _ready(http_port: int) -> bool:
 
 @contextlib.contextmanager
 def serve(
-    server: str, repository: Path, log_dir: Path, extra_flags: tuple[str, ...] = ()
+    server: str,
+    repository: Path,
+    log_dir: Path,
+    extra_flags: tuple[str, ...] = (),
+    ready_model: str = MODEL,
 ) -> Iterator[tuple[int, int]]:
     """Run ``server`` ("ours" or "triton") until the block ends; yields (http, grpc) ports.
-    The repository must hold identity_fp32 (readiness is asked of it)."""
+    The repository must hold ``ready_model`` (readiness is asked of it)."""
     http_port, grpc_port, metrics_port = _free_ports(3)
     if server == "ours":
         command = [
@@ -131,7 +136,7 @@ def serve(
         )
     try:
         deadline = time.monotonic() + 120
-        while not _ready(http_port):
+        while not _ready(http_port, ready_model):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{server} did not start; see {log_path}")
             time.sleep(0.2)
@@ -283,16 +288,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-ms", type=int, default=3000, help="perf_analyzer -p")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-results" / "shm")
     args = parser.parse_args(argv)
-    servers = [s for s in args.servers.split(",") if s]
+    servers = chosen_servers(args.servers)
+    cells = run(servers, [int(n) for n in args.concurrency.split(",")], args.window_ms, args.out)
+    write_results(args.out, "shm_compare", report(cells), cells)
+    return 0
+
+
+def chosen_servers(listed: str) -> list[str]:
+    """The servers of a ``--servers`` list, without the real Triton when its tool is missing."""
+    servers = [s for s in listed.split(",") if s]
     if "triton" in servers and not REAL_TRITON_START.is_file():
         print(f"real Triton tool missing ({REAL_TRITON_START}): ours only", file=sys.stderr)
         servers.remove("triton")
-    cells = run(servers, [int(n) for n in args.concurrency.split(",")], args.window_ms, args.out)
-    text = report(cells)
-    (args.out / "shm_compare.md").write_text(text)
-    (args.out / "shm_compare.json").write_text(json.dumps([asdict(c) for c in cells], indent=2))
+    return servers
+
+
+def write_results(out: Path, stem: str, text: str, cells: Sequence[Any]) -> None:
+    """The report as ``<stem>.md``, the cells (dataclasses) as ``<stem>.json``; print it."""
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps([asdict(c) for c in cells], indent=2))
     print(text)
-    return 0
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ KNOWN_HEADERS = (
     "content-type",
     "expect",
     "upgrade",
+    "accept",
 )
 cdef tuple _KNOWN_NAMES = tuple(name.encode() for name in KNOWN_HEADERS)
 _METHODS = {
@@ -460,7 +461,7 @@ cdef Py_ssize_t _checked_name(object name) except -1:
     return size
 
 
-def build_response_head(int status, content_type, Py_ssize_t content_length,
+def build_response_head(int status, content_type, content_length,
                         bint keep_alive, extra_headers=()):
     """``HTTP/1.1 <status> <reason>`` and the headers, ending with the blank line."""
     cdef bytes status_line = _STATUS_LINES.get(status)
@@ -468,13 +469,19 @@ def build_response_head(int status, content_type, Py_ssize_t content_length,
         if not 100 <= status <= 999:
             raise ValueError(f"invalid HTTP status {status}")
         status_line = f"HTTP/1.1 {status} Unknown\r\n".encode()
-    if content_length < 0:
-        raise ValueError(f"content_length must be non-negative, got {content_length}")
+    cdef bytes length_line
+    cdef Py_ssize_t length
+    if content_length is None:  # a streamed body: chunks of their own sizes
+        length_line = b"Transfer-Encoding: chunked\r\n"
+    else:
+        length = content_length
+        if length < 0:
+            raise ValueError(f"content_length must be non-negative, got {length}")
+        length_line = b"Content-Length: " + str(length).encode() + b"\r\n"
     cdef bytes connection = (
         b"Connection: keep-alive\r\n" if keep_alive else b"Connection: close\r\n")
-    cdef bytes length_text = str(content_length).encode()
     cdef Py_ssize_t total = (
-        PyBytes_GET_SIZE(status_line) + 16 + PyBytes_GET_SIZE(length_text) + 2
+        PyBytes_GET_SIZE(status_line) + PyBytes_GET_SIZE(length_line)
         + PyBytes_GET_SIZE(connection) + 2
     )
     if content_type is not None:
@@ -494,9 +501,7 @@ def build_response_head(int status, content_type, Py_ssize_t content_length,
         out += _append(out, "Content-Type: ", 14)
         out += _append(out, PyBytes_AS_STRING(content_type), PyBytes_GET_SIZE(content_type))
         out += _append(out, "\r\n", 2)
-    out += _append(out, "Content-Length: ", 16)
-    out += _append(out, PyBytes_AS_STRING(length_text), PyBytes_GET_SIZE(length_text))
-    out += _append(out, "\r\n", 2)
+    out += _append(out, PyBytes_AS_STRING(length_line), PyBytes_GET_SIZE(length_line))
     out += _append(out, PyBytes_AS_STRING(connection), PyBytes_GET_SIZE(connection))
     cdef Py_ssize_t i
     for i in range(0, len(fields), 2):

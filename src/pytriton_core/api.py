@@ -212,8 +212,9 @@ class Server:
         """Load or reload a model (``config``: Triton's JSON config; ``files``: overrides)."""
         self._call(self._service.load_model(name, config, files))
 
-    def unload_model(self, name: str) -> None:
-        self._call(self._service.unload_model(name))
+    def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload a model; with ``unload_dependents``, an ensemble's composing models too."""
+        self._call(self._service.unload_model(name, unload_dependents))
 
     def is_ready(self) -> bool:
         return self._on_loop(self._service.is_ready)

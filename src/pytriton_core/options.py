@@ -249,6 +249,9 @@ class ServerOptions:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     http_max_input_size: int = 64 * 1024 * 1024
+    # An idle keep-alive connection (no request since its last answer) is closed after this
+    # many seconds; 0 keeps idle connections open, as Triton does.
+    http_keepalive_timeout_s: float = 300.0
     reuse_http_port: bool = False  # SO_REUSEPORT: several servers share the port
     # --http-header-forward-pattern: headers whose names match reach the model as request
     # parameters; None: none do.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from certificates import certificates  # noqa: F401  (the TLS tests' fixture)
 from harness import EXAMPLES_REPOSITORY, ServerHandle, run_pytriton_server
 
@@ -14,3 +16,19 @@ def examples_server() -> Iterator[ServerHandle]:
     """pytriton-core serving examples/model_repository, as `pytriton-server` does by default."""
     with run_pytriton_server(EXAMPLES_REPOSITORY) as server:
         yield server
+
+
+# Clients of a module's own ``server`` fixture (for the modules that define one).
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerHandle) -> Iterator[httpclient.InferenceServerClient]:
+    with httpclient.InferenceServerClient(server.http_url, network_timeout=120) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def grpc(server: ServerHandle) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()

@@ -9,7 +9,9 @@ process of the machine, so a test compares it with the moment its client went aw
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 # Non-decoupled. Parameters: "hold_ms" sleeps that long, then answers; otherwise it loops
 # until request.is_cancelled() (at most "limit_s", default 30 s), logging to "marker".
@@ -61,7 +63,8 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 # with the last response when the "final_with_last" parameter is true. Parameters:
 # "fail_at" makes that response an error; "delay_ms" sleeps before each response;
 # "until_cancelled": keeps sending (every "delay_ms") until the sender is cancelled,
-# logging to "marker".
+# logging to "marker", then ends with FINAL alone or, with "cancel_error", with a CANCELLED
+# error response.
 TOKENS_MODEL = """
 import json
 import time
@@ -106,7 +109,11 @@ class TritonPythonModel:
                     index += 1
                     time.sleep(delay_s or 0.001)
                 mark(marker, f"cancelled-after-{index}")
-                sender.send(flags=FINAL)
+                if parameters.get("cancel_error"):
+                    error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
+                    sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+                else:
+                    sender.send(flags=FINAL)
                 continue
             fail_at = parameters.get("fail_at", -1)
             final_with_last = parameters.get("final_with_last", False)
@@ -140,6 +147,50 @@ output [
   {{ name: "index" data_type: TYPE_INT32 dims: [ 1 ] }}
 ]
 instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+"""
+
+# Non-decoupled, for the generate mapping: text_output echoes text_input, ivec_out the
+# optional ivec (INT32 [-1]), fmat_out the optional fmat (FP32 [2, -1]), and params is the
+# JSON of the request parameters the model received.
+ECHO_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+            ivec = pb_utils.get_input_tensor_by_name(request, "ivec")
+            fmat = pb_utils.get_input_tensor_by_name(request, "fmat")
+            outputs = [
+                pb_utils.Tensor("text_output", text.astype(np.object_)),
+                pb_utils.Tensor("params", np.array([request.parameters().encode()], np.object_)),
+            ]
+            if ivec is not None:
+                outputs.append(pb_utils.Tensor("ivec_out", ivec.as_numpy()))
+            if fmat is not None:
+                outputs.append(pb_utils.Tensor("fmat_out", fmat.as_numpy()))
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+
+ECHO_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [
+  {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "ivec" data_type: TYPE_INT32 dims: [ -1 ] optional: true }},
+  {{ name: "fmat" data_type: TYPE_FP32 dims: [ 2, -1 ] optional: true }}
+]
+output [
+  {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "params" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "ivec_out" data_type: TYPE_INT32 dims: [ -1 ] }},
+  {{ name: "fmat_out" data_type: TYPE_FP32 dims: [ 2, -1 ] }}
+]
 """
 
 # Non-decoupled: OUT is "mib" MiB of uint8 (parameter; INPUT0 is ignored).
@@ -226,6 +277,10 @@ def write_tokens(root: Path, name: str = "tokens", *, instances: int = 1) -> Pat
     return write(root, name, TOKENS_CONFIG.format(name=name, instances=instances), TOKENS_MODEL)
 
 
+def write_echo(root: Path, name: str = "echo") -> Path:
+    return write(root, name, ECHO_CONFIG.format(name=name), ECHO_MODEL)
+
+
 def write_blob(root: Path, name: str = "blob") -> Path:
     return write(root, name, BLOB_CONFIG.format(name=name), BLOB_MODEL)
 
@@ -243,3 +298,13 @@ def marker_events(path: Path) -> dict[str, float]:
         event, _, moment = line.partition(" ")
         events[event] = float(moment)
     return events
+
+
+def raw_post(path: str, document: Any, *, close: bool = False) -> bytes:
+    """An HTTP/1.1 POST of ``document`` as JSON, as bytes for a socket."""
+    body = json.dumps(document).encode()
+    connection = b"Connection: close\r\n" if close else b""
+    return (
+        b"POST %s HTTP/1.1\r\nHost: t\r\n%sContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (path.encode(), connection, len(body), body)
+    )

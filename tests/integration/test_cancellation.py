@@ -10,19 +10,23 @@ generous on purpose (the machine is shared), the figure is what the report quote
 from __future__ import annotations
 
 import http.client
+import json
 import queue
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
+from httpx_sse import connect_sse
 from prometheus_client.parser import text_string_to_metric_families
-from streaming_models import marker_events, write_spin, write_tokens
+from streaming_models import marker_events, raw_post, write_spin, write_tokens
 
 # A generous bound for noticing a cancellation; the target is 100 ms.
 NOTICE_BOUND_S = 1.0
@@ -204,3 +208,92 @@ def test_a_cancelled_grpc_stream_stops_a_decoupled_model(
         client.stop_stream(cancel_requests=True)
     noticed = wait_for(marker, "cancelled-after")
     report_notice("gRPC stream cancel (decoupled)", cancelled_at, noticed)
+
+
+# ------------------------------------------------------------------------------- HTTP
+
+
+def raw_infer(model: str, parameters: dict[str, Any], *, close: bool = False) -> bytes:
+    document = {
+        "inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1.0, 1.0]}],
+        "parameters": parameters,
+    }
+    return raw_post(f"/v2/models/{model}/infer", document, close=close)
+
+
+def connect(server: ServerHandle) -> socket.socket:
+    host, port = server.http_url.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=WAIT_S)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    received = bytearray()
+    while chunk := sock.recv(1 << 16):
+        received += chunk
+    return bytes(received)
+
+
+def test_closing_the_http_connection_reaches_a_python_model(
+    server: ServerHandle, marker: Path
+) -> None:
+    sock = connect(server)
+    sock.sendall(raw_infer("spin", {"marker": str(marker)}))
+    wait_for(marker, "started")
+    closed_at = time.monotonic()
+    sock.close()
+    noticed = wait_for(marker, "cancelled")
+    report_notice("HTTP connection closed (/infer)", closed_at, noticed)
+
+
+def test_closing_a_generate_stream_stops_a_decoupled_model(
+    server: ServerHandle, marker: Path
+) -> None:
+    body = {"text_input": "t", "until_cancelled": True, "delay_ms": 5, "marker": str(marker)}
+    with (
+        httpx.Client(timeout=WAIT_S) as client,
+        connect_sse(
+            client, "POST", f"http://{server.http_url}/v2/models/tokens/generate_stream", json=body
+        ) as source,
+    ):
+        events = source.iter_sse()
+        for index in range(3):
+            assert json.loads(next(events).data)["index"] == index
+        closed_at = time.monotonic()
+    noticed = wait_for(marker, "cancelled-after")
+    report_notice("HTTP event stream closed (/generate_stream)", closed_at, noticed)
+
+
+def test_a_request_whose_http_client_left_while_queued_never_executes(
+    server: ServerHandle, tmp_path: Path
+) -> None:
+    before = statistics(server, "spin")
+    failures_before = cancel_failures(server, "spin")
+    holder_marker = tmp_path / "holder.log"
+    with connect(server) as holder:
+        holder.sendall(
+            raw_infer("spin", {"hold_ms": 1500, "marker": str(holder_marker)}, close=True)
+        )
+        wait_for(holder_marker, "started")
+        queued = connect(server)
+        queued.sendall(raw_infer("spin", {"hold_ms": 0}))
+        time.sleep(0.2)  # it reaches the queue
+        queued.close()
+        assert read_all(holder).startswith(b"HTTP/1.1 200 OK")
+    after = wait_idle(server, "spin", before["execution_count"] + 1)
+    assert after["execution_count"] == before["execution_count"] + 1
+    assert cancel_failures(server, "spin") == failures_before + 1
+
+
+def test_a_half_closed_client_still_gets_its_answer(server: ServerHandle, tmp_path: Path) -> None:
+    # shutdown(SHUT_WR) after the request (what `nc -N` does) looks like a close to the
+    # server: the interim 100 Continue it probes with is read here, and the answer follows.
+    holder_marker = tmp_path / "holder.log"
+    with connect(server) as sock:
+        sock.sendall(raw_infer("spin", {"hold_ms": 300, "marker": str(holder_marker)}))
+        wait_for(holder_marker, "started")
+        sock.shutdown(socket.SHUT_WR)
+        received = read_all(sock)
+    interim, _, answer = received.partition(b"\r\n\r\n")
+    assert interim == b"HTTP/1.1 100 Continue"
+    assert answer.startswith(b"HTTP/1.1 200 OK")
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["outputs"][0]["data"] == [1.0, 1.0]

@@ -83,6 +83,9 @@ def _answers_during_the_prediction(first: Any, big: np.ndarray, second: Any) -> 
     long_thread = threading.Thread(target=tm.execute, args=(first, [big]))
     long_thread.start()
     inside.wait()
+    # Let the first thread get from the stamp into the predictor before the second starts
+    # (on a loaded machine the second could otherwise finish in that gap).
+    time.sleep(0.05)
 
     def answer() -> None:
         tm.execute(second, [tm.features(1, seed=4)])

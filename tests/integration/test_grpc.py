@@ -371,7 +371,8 @@ def test_typed_contents_narrow_small_integers(
             lambda r: r.parameters["sequence_start"].CopyFrom(
                 service_pb2.InferParameter(int64_param=1)
             ),
-            "Unable to parse 'sequence_start', expecting a bool",
+            # Triton's gRPC front end checks the parameter's kind.
+            "invalid value type for 'sequence_start' parameter, expected bool_param.",
         ),
         (
             lambda r: r.parameters["timeout"].CopyFrom(service_pb2.InferParameter(int64_param=-1)),

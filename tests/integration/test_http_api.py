@@ -142,6 +142,7 @@ def test_server_metadata(server: ServerHandle, client: httpclient.InferenceServe
     assert extensions == [name for name in TRITON_EXTENSIONS if name in extensions]
     implemented = {
         "classification",
+        "sequence",
         "model_configuration",
         "binary_tensor_data",
         "parameters",

@@ -188,3 +188,18 @@ def test_malformed_restrictions_stop_the_start(flag: str, message: str | None) -
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+@pytest.mark.parametrize("endpoint", ["generate", "generate_stream"])
+def test_the_generate_endpoints_are_restricted_as_inference(
+    server: ServerHandle, endpoint: str
+) -> None:
+    path = f"/v2/models/alpha/{endpoint}"
+    body = b'{"INPUT0": [1.0]}'
+    assert http_answer(server, "POST", path, {}, body) == (
+        403,
+        "text/plain",
+        b'{"error":"This API is restricted, expecting header \'infer-key\'"}',
+    )
+    status, _, answer = http_answer(server, "POST", path, {"infer-key": "abc=def"}, body)
+    assert status == 200 and b'"OUTPUT0":2.0' in answer

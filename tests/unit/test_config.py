@@ -652,15 +652,15 @@ IO = 'input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         ),
         (
             "max_batch_size: 2\n" + IO + "sequence_batching { oldest { preferred_batch_size: 3 } }",
-            "sequence_batching.oldest.preferred_batch_size 3 must be in [1, max_batch_size=2]",
+            "sequence batching preferred batch size must be <= max batch size for m",
         ),
         (
             IO + "sequence_batching { direct { minimum_slot_utilization: 1.5 } }",
-            "minimum_slot_utilization must be in (0, 1], got 1.5",
+            "sequence batching minimum slot utilization must be in range (0.0, 1.0] for m",
         ),
         (
             IO + "sequence_batching { } response_cache { enable: true }",
-            "response_cache cannot be enabled with sequence_batching",
+            "Response Cache does not currently support model m with sequence batching scheduler",
         ),
         (
             'platform: "onnxruntime_onnx"\n' + IO,
@@ -670,7 +670,10 @@ IO = 'input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
             IO + "instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]",
             "model 'm': instance group 'm_0' has kind KIND_CPU but lists GPUs",
         ),
-        (IO + "ensemble_scheduling { }", "ensemble_scheduling is only allowed with platform"),
+        (
+            IO + "ensemble_scheduling { }",
+            "ensemble scheduling cannot be set for model 'm' whose platform is not ensemble",
+        ),
     ],
 )
 def test_validation_errors(tmp_path: Path, text: str, message: str) -> None:
@@ -707,15 +710,23 @@ def test_validation_of_ensembles(tmp_path: Path) -> None:
     with_group = ENSEMBLE_PBTXT + "instance_group [ { kind: KIND_CPU } ]"
     config = parse_config_text(with_group, "ens/config.pbtxt")
     fill_server_side_fields(config, "ens", make_model_dir(tmp_path, "ens", {"1/": ""}))
-    with pytest.raises(ModelConfigError, match="'ens': instance_group must not be specified"):
+    with pytest.raises(
+        ModelConfigError, match=r"^instance group should not be specified for ensemble 'ens'$"
+    ):
         validate_config(config)
 
     no_steps = parse_config_text('name: "e" platform: "ensemble"', "e/config.pbtxt")
-    with pytest.raises(ModelConfigError, match="needs both platform 'ensemble' and"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"^ensemble scheduling must be set for ensemble e whose platform is ensemble$",
+    ):
         validate_config(no_steps)
 
     with_backend = parse_config_text(ENSEMBLE_PBTXT + 'name: "e" backend: "python"', "x")
-    with pytest.raises(ModelConfigError, match="an ensemble must have an empty backend"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"^Ensemble model 'e' must have platform type 'ensemble' and empty backend type$",
+    ):
         validate_config(with_backend)
 
 

@@ -435,6 +435,16 @@ def test_response_head_exact_bytes() -> None:
     )
 
 
+def test_response_head_of_a_streamed_body_is_chunked() -> None:
+    assert build_response_head(200, b"text/event-stream; charset=utf-8", None, True) == (
+        b"HTTP/1.1 200 OK\r\n"
+        b"Content-Type: text/event-stream; charset=utf-8\r\n"
+        b"Transfer-Encoding: chunked\r\n"
+        b"Connection: keep-alive\r\n"
+        b"\r\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("status", "reason"),
     [

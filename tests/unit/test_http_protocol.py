@@ -210,12 +210,21 @@ def router(
 class Connection:
     """One HttpProtocol on a FakeTransport, driven on the module's loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, router: Router) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        router: Router,
+        idle_timeout_s: float | None = None,
+    ) -> None:
         self.loop = loop
         self.registry: set[HttpProtocol] = set()
         self.transport = FakeTransport()
-        self.protocol = HttpProtocol(router, MAX_BODY, self.registry)
-        self.protocol.connection_made(self.transport)  # type: ignore[arg-type]
+        self.protocol = HttpProtocol(router, MAX_BODY, self.registry, idle_timeout_s=idle_timeout_s)
+
+        async def made() -> None:  # on the running loop, as asyncio calls it
+            self.protocol.connection_made(self.transport)  # type: ignore[arg-type]
+
+        self.run(made())
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coroutine)
@@ -449,6 +458,44 @@ def test_close_when_idle_lets_the_request_in_flight_finish(connection: Connectio
     assert response.json() == infer_answer([6], "last")
     assert response.headers["connection"] == "close"
     assert connection.transport.closed
+
+
+def test_an_idle_connection_closes_after_the_keep_alive_timeout(
+    loop: asyncio.AbstractEventLoop, router: Router
+) -> None:
+    connection = Connection(loop, router, idle_timeout_s=0.05)
+    connection.feed(LIVE)
+    connection.responses(1)
+    assert not connection.transport.closed
+    connection.run(asyncio.sleep(0.2))
+    assert connection.transport.closed
+    assert bytes(connection.transport.written) == LIVE_OK
+
+
+def test_the_keep_alive_timeout_restarts_with_each_request(
+    loop: asyncio.AbstractEventLoop, router: Router
+) -> None:
+    connection = Connection(loop, router, idle_timeout_s=0.15)
+    for _ in range(4):
+        connection.run(asyncio.sleep(0.05))
+        connection.feed(LIVE)
+    connection.responses(4)
+    assert not connection.transport.closed
+    connection.run(asyncio.sleep(0.4))
+    assert connection.transport.closed
+
+
+def test_a_request_being_received_is_not_idle(
+    loop: asyncio.AbstractEventLoop, router: Router
+) -> None:
+    connection = Connection(loop, router, idle_timeout_s=0.05)
+    raw = infer_request([3], "slow")
+    connection.feed(raw[:20])
+    connection.run(asyncio.sleep(0.2))
+    assert not connection.transport.closed  # a read timeout's business, not the idle one's
+    connection.feed(raw[20:])
+    (response,) = connection.responses(1)
+    assert response.json() == infer_answer([3], "slow")
 
 
 # --------------------------------------------------------------------------- bad input

@@ -612,6 +612,16 @@ class _FakeBridge:
         assert self.stream is not None
         return self.stream
 
+    async def infer_async(self, request: pb.InferenceRequest) -> pb.InferenceResponse:
+        await asyncio.sleep(0)
+        return self.infer(request)
+
+    async def infer_decoupled_async(
+        self, request: pb.InferenceRequest
+    ) -> Iterator[pb.InferenceResponse]:
+        await asyncio.sleep(0)
+        return self.infer_decoupled(request)
+
     def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
         if name == "broken":
             raise RuntimeError("bad config")
@@ -628,9 +638,8 @@ class _FakeBridge:
 @pytest.fixture
 def bridge() -> Iterator[_FakeBridge]:
     fake = _FakeBridge()
-    previous = pb.set_server_bridge(fake)
-    yield fake
-    pb.set_server_bridge(previous)
+    with pb.server_context(fake, "execute"):
+        yield fake
 
 
 def _bls_request() -> pb.InferenceRequest:
@@ -640,19 +649,33 @@ def _bls_request() -> pb.InferenceRequest:
     )
 
 
-def test_bls_without_a_server_raises() -> None:
-    previous = pb.set_server_bridge(None)
-    try:
-        for call in (
-            lambda: _bls_request().exec(),
-            lambda: pb.load_model("m"),
-            lambda: pb.unload_model("m"),
-            lambda: pb.is_model_ready("m"),
-        ):
-            with pytest.raises(pb.TritonModelException, match="needs the inference server"):
-                call()
-    finally:
-        pb.set_server_bridge(previous)
+def test_bls_outside_execute_raises() -> None:
+    only_in_execute = r"^BLS is only supported during the 'execute' function\.$"
+    management = "is only supported during the 'initialize' and 'execute' functions"
+    for phase in (None, "initialize", "finalize"):
+        with pb.server_context(None if phase is None else _FakeBridge(), phase or ""):
+            with pytest.raises(pb.TritonModelException, match=only_in_execute):
+                _bls_request().exec()
+            with pytest.raises(pb.TritonModelException, match=only_in_execute):
+                _bls_request().async_exec()
+            for call in (
+                lambda: pb.load_model("m"),
+                lambda: pb.unload_model("m"),
+                lambda: pb.is_model_ready("m"),
+            ):
+                if phase == "initialize":
+                    call()  # model management is allowed while a model initializes
+                else:
+                    with pytest.raises(pb.TritonModelException, match=management):
+                        call()
+
+
+def test_a_bytes_model_name_is_decoded() -> None:
+    # Triton's own BLS example passes a BYTES input's element (bytes) as the model name.
+    request = pb.InferenceRequest(model_name=b"add_sub", requested_output_names=[])
+    assert request._model_name == "add_sub"
+    with pytest.raises(TypeError, match="model_name must be a str"):
+        pb.InferenceRequest(model_name=3, requested_output_names=[])  # type: ignore[arg-type]
 
 
 def test_exec_returns_the_callee_response(bridge: _FakeBridge) -> None:
@@ -714,16 +737,29 @@ def _error_message(response: pb.InferenceResponse) -> str:
     return error.message()
 
 
-def test_async_exec_runs_in_the_executor_with_the_callers_context(bridge: _FakeBridge) -> None:
-    async def main() -> pb.InferenceResponse | pb.ResponseIterator:
+def test_async_exec_awaits_the_bridge_in_the_callers_context(bridge: _FakeBridge) -> None:
+    async def main() -> list[pb.InferenceResponse | pb.ResponseIterator]:
         with pb.model_dir_context("/models/caller"):
-            return await _bls_request().async_exec()
+            return await asyncio.gather(*(_bls_request().async_exec() for _ in range(3)))
 
-    response = asyncio.run(main())
-    assert isinstance(response, pb.InferenceResponse)
-    out = pb.get_output_tensor_by_name(response, "OUT")
-    assert out is not None and out.as_numpy().tolist() == [2, 4]
-    assert bridge.model_dirs == ["/models/caller"]
+    responses = asyncio.run(main())
+    for response in responses:
+        assert isinstance(response, pb.InferenceResponse)
+        out = pb.get_output_tensor_by_name(response, "OUT")
+        assert out is not None and out.as_numpy().tolist() == [2, 4]
+    assert bridge.model_dirs == ["/models/caller"] * 3
+
+    bridge.raise_on_infer = NotFoundError("gone")
+    failed = asyncio.run(main())
+    assert [_error_message(r) for r in failed] == ["gone"] * 3  # type: ignore[arg-type]
+    bridge.stream = _CancellableStream([pb.InferenceResponse()], fail_after=None)
+    bridge.raise_on_infer = None
+
+    async def stream() -> pb.InferenceResponse | pb.ResponseIterator:
+        return await _bls_request().async_exec(decoupled=True)
+
+    iterator = asyncio.run(stream())
+    assert isinstance(iterator, pb.ResponseIterator) and len(list(iterator)) == 1
 
 
 def test_model_management_routes_through_the_bridge(bridge: _FakeBridge) -> None:

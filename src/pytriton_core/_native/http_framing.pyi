@@ -30,7 +30,7 @@ DEFAULT_MAX_HEAD_SIZE: Final[int]  # 64 KiB of request target + headers
 KNOWN_HEADERS: Final[tuple[str, ...]]
 """The lower-case header names kept in ``HttpRequest.headers``: content-length,
 inference-header-content-length, content-encoding, accept-encoding, connection,
-content-type, expect."""
+content-type, expect, accept."""
 
 class FramingError(Exception):
     """A request the framing refuses; answer with ``status`` and close the connection."""
@@ -143,11 +143,12 @@ def reason_phrase(status: int) -> str:
 def build_response_head(
     status: int,
     content_type: bytes | None,
-    content_length: int,
+    content_length: int | None,
     keep_alive: bool,
     extra_headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> bytes:
-    """``HTTP/1.1 <status> <reason>\\r\\n``, then Content-Type (if given), Content-Length,
+    """``HTTP/1.1 <status> <reason>\\r\\n``, then Content-Type (if given), Content-Length
+    (``Transfer-Encoding: chunked`` when ``content_length`` is None: a streamed body),
     ``Connection: keep-alive|close``, the extra headers in order, and the blank line.
 
     Raises ValueError for a status outside 100-999, a negative length, a header name

@@ -13,20 +13,51 @@ return core responses.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol
 
 from google.protobuf.message import Message
 
 from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.config.spec import ModelSpec
+from pytriton_core.errors import ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
+
+
+class ServerCalls(Protocol):
+    """The server as model code calls it (Python models' BLS and model management).
+
+    Every method may be called from any thread but the server's event loop; the server
+    does the work on its loop.
+    """
+
+    def model_spec(self, name: str, version: int) -> ModelSpec:
+        """The spec of the version requests would go to (-1: the latest ready one); raises
+        a ServerError when there is none."""
+        ...
+
+    def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
+        """Send ``request`` to the model it names, through that model's scheduler. Its
+        responses reach ``request.on_response`` on the server's loop; if the model cannot
+        take it, ``refused`` gets the error there instead."""
+        ...
+
+    def is_model_ready(self, name: str, version: int) -> bool: ...
+
+    def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+        """Load or reload a model (explicit model control only); blocks until done."""
+        ...
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        """Unload a model (explicit model control only); blocks until done."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +78,8 @@ class ModelLocation:
     device_pools: DevicePools | None = None
     # The server's custom metric families (pb_utils.MetricFamily): each server has its own.
     custom_metrics: MetricRegistry | None = None
+    # The server itself, for model code that calls other models (BLS).
+    server: ServerCalls | None = None
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         """A backend setting: this backend's own value first, else the global one."""

@@ -81,7 +81,7 @@ class BatchRunner:
         for instances that copy each batch to a GPU; ``device_id``: the GPU such an instance
         runs on, where inputs already on a device are gathered (from ``device_pools``)."""
         self.spec = spec
-        self._output_names = list(spec.outputs)  # config order
+        self._output_names = list(spec.model_outputs)  # config order, then the state outputs
         self._model_name = model_name
         self._pool = pool if pool is not None else BufferPool()
         self._staging = staging
@@ -168,7 +168,8 @@ class BatchRunner:
         total = sum(sizes)
         batch = Batch(requests, sizes, {}, self._wanted_outputs(requests))
         first = requests[0]
-        for name, spec in model.inputs.items():
+        # model_inputs: with a sequence model's control and state inputs.
+        for name, spec in model.model_inputs.items():
             if name not in first.inputs:
                 if any(name in r.inputs for r in requests):
                     raise InternalError(
@@ -189,7 +190,8 @@ class BatchRunner:
             else:
                 batch.inputs[name] = array
         if self._device_id is not None:
-            batch.device_outputs = frozenset(
+            # Implicit state stays on the device, where the next request reads it.
+            batch.device_outputs = model.state_outputs | frozenset(
                 name
                 for r in requests
                 if r.requested_outputs is not None
@@ -228,7 +230,7 @@ class BatchRunner:
         model = self.spec
         per_request: list[list[Tensor]] = [[] for _ in batch.requests]
         for name in batch.output_names:
-            spec = model.outputs[name]
+            spec = model.model_outputs[name]
             array = outputs.get(name)
             if array is None:
                 raise InternalError(f"model '{self._model_name}' produced no output '{name}'")
@@ -253,19 +255,23 @@ class BatchRunner:
                 else:
                     slot.append(Tensor(name, spec.datatype, view))
         responses = []
+        states = model.state_outputs  # kept for the sequence batcher, which drops them
         for request, tensors in zip(batch.requests, per_request, strict=True):
             wanted = request.requested_outputs
             if wanted is not None and len(wanted) < len(tensors):
-                tensors = [t for t in tensors if t.name in wanted]
+                tensors = [t for t in tensors if t.name in wanted or t.name in states]
             responses.append(InferenceResponse(outputs=tensors))
         return responses
 
     def _wanted_outputs(self, requests: Sequence[InferenceRequest]) -> list[str]:
+        """The outputs to compute: what some request asked for, and the implicit state."""
         names = self._output_names
-        wanted: set[str] = set()
+        states = self.spec.state_outputs
+        wanted: set[str] = set(states)
         for request in requests:
             if request.requested_outputs is None:
-                return names
+                wanted.update(self.spec.outputs)
+                break
             wanted.update(request.requested_outputs)
         return [n for n in names if n in wanted]
 

@@ -155,9 +155,10 @@ def check_config_io(
     outputs: Sequence[ModelTensor],
     model: str,
 ) -> None:
-    """Raise ModelConfigError where the config's inputs or outputs disagree with the model."""
-    _check_side("input", spec.inputs.values(), inputs, spec.batching, model)
-    _check_side("output", spec.outputs.values(), outputs, spec.batching, model)
+    """Raise ModelConfigError where the config's inputs or outputs disagree with the model
+    (a sequence model's control and implicit-state tensors included)."""
+    _check_side("input", spec.model_inputs.values(), inputs, spec.batching, model)
+    _check_side("output", spec.model_outputs.values(), outputs, spec.batching, model)
 
 
 def _check_side(

@@ -180,7 +180,7 @@ class OpenVinoModel(BackendModel):
 
     def _reshape_to_config(self) -> None:
         lead = [-1] if self.model_spec.batching else []
-        self._reshape({n: [*lead, *s.model_shape] for n, s in self.model_spec.inputs.items()})
+        self._reshape({n: [*lead, *s.model_shape] for n, s in self.model_spec.model_inputs.items()})
 
     def _reshape_batch_dynamic(self) -> None:
         shapes = {}
@@ -203,7 +203,9 @@ class OpenVinoInstance(BackendInstance):
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         self._request = self._compiled.create_infer_request()
-        self._outputs = {name: self._compiled.output(name) for name in model.model_spec.outputs}
+        self._outputs = {
+            name: self._compiled.output(name) for name in model.model_spec.model_outputs
+        }
         self._runner = BatchRunner(model.model_spec, model.location.name)
 
     def execute(

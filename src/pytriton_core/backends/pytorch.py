@@ -97,7 +97,8 @@ class PyTorchModel(BackendModel):
         self.cache_cleaning = flag(params.get("ENABLE_CACHE_CLEANING"))
         _apply_thread_counts(params, location.name)
         # Output index in the returned tuple, by name.
-        self.output_index = _output_indices(list(spec.outputs))
+        # model_outputs: the config's outputs, then a sequence model's state outputs.
+        self.output_index = _output_indices(list(spec.model_outputs))
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         return PyTorchInstance(self, spec)
@@ -247,8 +248,9 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _input_layout(module: Any, model: PyTorchModel) -> tuple[bool, list[str]]:
-    """(forward takes one dict, the config's input names in argument order)."""
-    names = list(model.model_spec.inputs)
+    """(forward takes one dict, the input names in argument order): the config's inputs
+    and a sequence model's control and state inputs."""
+    names = list(model.model_spec.model_inputs)
     try:
         arguments = list(module.forward.schema.arguments)[1:]  # [0] is self
     except (AttributeError, RuntimeError) as exc:

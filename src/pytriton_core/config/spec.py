@@ -12,6 +12,7 @@ Names follow the config's fields; durations keep the config's unit in their name
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -155,6 +156,12 @@ class DynamicBatching:
 # ------------------------------------------------------------------ sequence batching
 
 
+CONTROL_START = "CONTROL_SEQUENCE_START"
+CONTROL_END = "CONTROL_SEQUENCE_END"
+CONTROL_READY = "CONTROL_SEQUENCE_READY"
+CONTROL_CORRID = "CONTROL_SEQUENCE_CORRID"
+
+
 @dataclass(frozen=True)
 class SequenceControl:
     """``ModelSequenceBatching.Control``: how one control signal reaches the model."""
@@ -164,6 +171,26 @@ class SequenceControl:
     fp32_false_true: tuple[float, ...] = ()
     bool_false_true: tuple[bool, ...] = ()
     datatype: types.DataType | None = None  # CONTROL_SEQUENCE_CORRID's type
+
+    @property
+    def tensor_datatype(self) -> types.DataType | None:
+        """The datatype of the tensor the model gets (None: a CORRID without a valid type)."""
+        if self.kind == CONTROL_CORRID:
+            return self.datatype
+        if self.int32_false_true:
+            return types.BY_WIRE_NAME["INT32"]
+        if self.fp32_false_true:
+            return types.BY_WIRE_NAME["FP32"]
+        return types.BY_WIRE_NAME["BOOL"]
+
+    @property
+    def false_true(self) -> tuple[int, int] | tuple[float, float] | tuple[bool, bool]:
+        """A boolean control's (false, true) values, in its tensor's type."""
+        if self.int32_false_true:
+            return (self.int32_false_true[0], self.int32_false_true[1])
+        if self.fp32_false_true:
+            return (self.fp32_false_true[0], self.fp32_false_true[1])
+        return (self.bool_false_true[0], self.bool_false_true[1])
 
 
 @dataclass(frozen=True)
@@ -225,6 +252,31 @@ class SequenceBatching:
     control_inputs: tuple[SequenceControlInput, ...] = ()
     states: tuple[SequenceState, ...] = ()
     iterative_sequence: bool = False
+
+    def control(self, kind: str) -> tuple[str, SequenceControl] | None:
+        """The input that carries control ``kind`` and its control (validation allows one)."""
+        for entry in self.control_inputs:
+            for control in entry.controls:
+                if control.kind == kind:
+                    return entry.name, control
+        return None
+
+    def batcher_tensors(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
+        """The inputs and outputs the sequence batcher adds to what the config lists: the
+        control inputs (dims [1]) and the implicit state's inputs and outputs."""
+        inputs = [
+            TensorSpec(entry.name, datatype, (1,))
+            for entry in self.control_inputs
+            for control in entry.controls[:1]
+            if (datatype := control.tensor_datatype) is not None
+        ]
+        outputs = []
+        for state in self.states:
+            if state.datatype is None:
+                continue
+            inputs.append(TensorSpec(state.input_name, state.datatype, state.dims))
+            outputs.append(TensorSpec(state.output_name, state.datatype, state.dims))
+        return inputs, outputs
 
     @classmethod
     def _from(cls, sequence: Any) -> SequenceBatching:
@@ -555,6 +607,32 @@ class ModelSpec:
     def batching(self) -> bool:
         """Whether the model has a batch dimension (``max_batch_size > 0``)."""
         return self.max_batch_size > 0
+
+    @functools.cached_property
+    def model_inputs(self) -> Mapping[str, TensorSpec]:
+        """What the model itself receives: the config's inputs, then the sequence
+        batcher's control inputs and implicit-state inputs (clients send neither)."""
+        if self.sequence_batching is None:
+            return self.inputs
+        added, _ = self.sequence_batching.batcher_tensors()
+        return _frozen([*self.inputs.items(), *((t.name, t) for t in added)])
+
+    @functools.cached_property
+    def model_outputs(self) -> Mapping[str, TensorSpec]:
+        """What the model itself produces: the config's outputs and the implicit-state
+        outputs (a state output may also be listed in the config, to be requested)."""
+        if self.sequence_batching is None:
+            return self.outputs
+        _, added = self.sequence_batching.batcher_tensors()
+        extra = [(t.name, t) for t in added if t.name not in self.outputs]
+        return _frozen([*self.outputs.items(), *extra])
+
+    @functools.cached_property
+    def state_outputs(self) -> frozenset[str]:
+        """The implicit-state outputs, which the server keeps for the sequence's next request."""
+        if self.sequence_batching is None:
+            return frozenset()
+        return frozenset(state.output_name for state in self.sequence_batching.states)
 
     @property
     def reported_platform(self) -> str:

@@ -13,9 +13,11 @@ from typing import Any, NoReturn
 from google.protobuf.message import Message
 
 from pytriton_core import proto, types
+from pytriton_core.config import ensemble
+from pytriton_core.config.unsupported import check_supported
+from pytriton_core.config.validate_sequence import check_sequence_batching
 from pytriton_core.errors import ModelConfigError
 
-ENSEMBLE_PLATFORM = "ensemble"
 PYTHON_BACKEND = "python"
 WILDCARD_DIM = -1
 
@@ -43,10 +45,11 @@ def validate_config(config: Message, *, check_tensors: bool = True) -> None:
     if cfg.HasField("dynamic_batching"):
         _check_dynamic_batching(check, cfg.dynamic_batching, cfg.max_batch_size)
     if cfg.HasField("sequence_batching"):
-        _check_sequence_batching(check, cfg)
+        check_sequence_batching(check, cfg)
     for group in cfg.instance_group:
         if group.kind == _KIND_CPU and group.gpus:
             check.fail(f"instance group '{group.name}' has kind KIND_CPU but lists GPUs")
+    check_supported(cfg)
 
 
 class _Checker:
@@ -60,18 +63,10 @@ class _Checker:
 
 
 def _check_platform(check: _Checker, cfg: Any) -> None:
-    is_ensemble = cfg.platform == ENSEMBLE_PLATFORM
-    if is_ensemble != cfg.HasField("ensemble_scheduling"):
-        check.fail(
-            "an ensemble needs both platform 'ensemble' and ensemble_scheduling"
-            if is_ensemble
-            else "ensemble_scheduling is only allowed with platform 'ensemble'"
-        )
-    if is_ensemble:
-        if cfg.backend:
-            check.fail(f"an ensemble must have an empty backend, got '{cfg.backend}'")
-        if cfg.instance_group:
-            check.fail("instance_group must not be specified for an ensemble")
+    if ensemble.is_ensemble(cfg):
+        # Triton's own messages, which name the ensemble themselves.
+        ensemble.check_ensemble_platform(cfg)
+        ensemble.check_ensemble_graph(cfg)
     if cfg.backend == PYTHON_BACKEND and cfg.platform:
         check.fail(f"backend 'python' requires an empty platform, got '{cfg.platform}'")
 
@@ -163,23 +158,3 @@ def _check_dynamic_batching(check: _Checker, batching: Any, max_batch_size: int)
                     f"dynamic_batching.{where}.timeout_action DELAY is not allowed "
                     "with preserve_ordering"
                 )
-
-
-def _check_sequence_batching(check: _Checker, cfg: Any) -> None:
-    sequence = cfg.sequence_batching
-    if sequence.HasField("oldest"):
-        _check_preferred_sizes(
-            check,
-            "sequence_batching.oldest.preferred_batch_size",
-            sequence.oldest.preferred_batch_size,
-            cfg.max_batch_size,
-        )
-    utilization = sequence.direct.minimum_slot_utilization
-    # 0 is the unset value and means "no minimum".
-    if not 0.0 <= utilization <= 1.0:
-        check.fail(
-            f"sequence_batching.direct.minimum_slot_utilization must be in (0, 1], "
-            f"got {utilization}"
-        )
-    if cfg.HasField("response_cache") and cfg.response_cache.enable:
-        check.fail("response_cache cannot be enabled with sequence_batching")

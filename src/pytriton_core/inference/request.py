@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pytriton_core.inference.flow import ResponseWindow, response_bytes
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
+from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 from pytriton_core.inference.tensor import GuardedTensor, Tensor
 
 if TYPE_CHECKING:
@@ -33,6 +35,8 @@ ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 """Called on the event loop with (response or None for a flag-only completion, final)."""
 CancelHook = Callable[[], None]
 """Called once, on the event loop, when the request is cancelled."""
+ResponseObserver = Callable[[InferenceResponse | None, bool, ResponseTiming | None], None]
+"""Sees each delivery before ``on_response``, with the backend's timing when it has one."""
 
 
 @dataclass(slots=True)
@@ -65,7 +69,20 @@ class InferenceRequest:
     arrival_ns: int = field(default_factory=time.monotonic_ns)
     queue_start_ns: int = 0
     final_sent: bool = False
+    # The sequence batcher's filler for an idle slot of a batch (READY false): executed,
+    # never answered, not counted as an inference.
+    padding: bool = False
+    # Set by a backend when the model released the request with RELEASE_RESCHEDULE: the
+    # scheduler queues it again (iterative sequences) instead of completing it.
+    reschedule: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
+    # Called on the loop with the execution's timing when the request has run: an
+    # ensemble sums its steps' compute times (Triton's secondary stats aggregator).
+    compute_observer: Callable[[ComputeTiming], None] | None = None
+    # Set by a front end that streams to a client who may read slowly (inference.flow).
+    response_window: ResponseWindow | None = None
+    # Set by the model (decoupled models' statistics per response).
+    observer: ResponseObserver | None = None
     # Read through ``cancelled``; set only by ``cancel`` so that the hooks run.
     _cancelled: bool = field(default=False, init=False, repr=False)
     _cancel_hooks: list[CancelHook] | None = field(default=None, init=False, repr=False)
@@ -82,6 +99,8 @@ class InferenceRequest:
         if not self._cancelled:
             self._cancelled = True
             self._run_cancel_hooks()
+            if self.response_window is not None:
+                self.response_window.close()  # a sender waiting for the client goes on
 
     def cancel_threadsafe(self) -> None:
         """``cancel`` from any thread: ``cancelled`` turns true at once, the hooks run on
@@ -89,6 +108,8 @@ class InferenceRequest:
         if self._cancelled:
             return
         self._cancelled = True
+        if self.response_window is not None:
+            self.response_window.close()
         if self.loop is not None:  # submitted: hooks may be registered
             self.loop.call_soon_threadsafe(self._run_cancel_hooks)
 
@@ -114,8 +135,14 @@ class InferenceRequest:
             return model_outputs
         return list(self.requested_outputs)
 
-    def deliver(self, response: InferenceResponse | None, final: bool) -> None:
+    def deliver(
+        self,
+        response: InferenceResponse | None,
+        final: bool,
+        timing: ResponseTiming | None = None,
+    ) -> None:
         """Hand a response to whoever sent the request; call on the event loop.
+        ``timing``: when the backend worked on it (decoupled responses).
 
         A response computed from an input whose memory its client took away meanwhile
         (``GuardedTensor``) is replaced by that error."""
@@ -129,6 +156,8 @@ class InferenceRequest:
                 if isinstance(tensor, GuardedTensor) and (lost := tensor.lost()) is not None:
                     response = InferenceResponse.failed(lost)
                     break
+        if self.observer is not None:
+            self.observer(response, final, timing)
         if self.trace is not None:
             self._trace_delivery(self.trace, response, final)
         if self.on_response is not None:
@@ -151,7 +180,19 @@ class InferenceRequest:
         if final:
             trace.stamp("REQUEST_END")
 
-    def send_threadsafe(self, response: InferenceResponse | None, final: bool) -> None:
-        """``deliver`` from any thread (decoupled response senders)."""
+    def send_threadsafe(
+        self,
+        response: InferenceResponse | None,
+        final: bool,
+        timing: ResponseTiming | None = None,
+    ) -> None:
+        """``deliver`` from any thread but the event loop's (decoupled response senders).
+
+        With a ``response_window`` this waits while the client is behind (flow control).
+        """
         assert self.loop is not None, "request submitted without an event loop"
-        self.loop.call_soon_threadsafe(self.deliver, response, final)
+        window = self.response_window
+        if window is not None and response is not None and not self._cancelled:
+            response.window_bytes = response_bytes(response)
+            window.acquire(response.window_bytes)
+        self.loop.call_soon_threadsafe(self.deliver, response, final, timing)

@@ -17,6 +17,9 @@ class InferenceResponse:
     outputs: list[Tensor] = field(default_factory=list)
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
     error: ServerError | None = None
+    # Bytes this response holds of its request's ResponseWindow (flow control), released by
+    # the front end once the response has left.
+    window_bytes: int = 0
 
     @classmethod
     def failed(cls, error: ServerError) -> InferenceResponse:

@@ -86,6 +86,55 @@ class ComputeTiming:
         self.infer_end_ns = self.infer_end_ns or self.end_ns
 
 
+@dataclass(slots=True, frozen=True)
+class ResponseTiming:
+    """When a backend worked on one response of a decoupled request (monotonic ns): from the
+    previous response (or the execution's start) to ``output_start_ns``, when it began to
+    hand over the outputs, to ``end_ns``, when the response was sent. ``output_start_ns``
+    is 0 for a flag-only completion, which has no outputs."""
+
+    start_ns: int
+    output_start_ns: int
+    end_ns: int
+
+
+class ResponseKind(enum.Enum):
+    """How a response counts in ``response_stats`` (Triton's categories)."""
+
+    SUCCESS = "success"
+    FAIL = "fail"
+    EMPTY = "empty_response"  # a flag-only completion: FINAL without a response
+    CANCEL = "cancel"  # an error response with code CANCELLED
+
+
+@dataclass(slots=True)
+class ResponseDurations:
+    """``response_stats`` of one response index, as Triton aggregates them."""
+
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    empty_response: Duration = field(default_factory=Duration)
+    cancel: Duration = field(default_factory=Duration)
+
+    def record(self, kind: ResponseKind, timing: ResponseTiming) -> None:
+        total = timing.end_ns - timing.start_ns
+        if kind is ResponseKind.CANCEL:
+            self.cancel.add(total)
+            return
+        if kind is ResponseKind.EMPTY or not timing.output_start_ns:
+            self.compute_infer.add(total)
+            if kind is ResponseKind.EMPTY:
+                self.empty_response.add(total)
+            else:
+                self.fail.add(total)
+            return
+        self.compute_infer.add(timing.output_start_ns - timing.start_ns)
+        self.compute_output.add(timing.end_ns - timing.output_start_ns)
+        (self.success if kind is ResponseKind.SUCCESS else self.fail).add(total)
+
+
 class SlidingSummary:
     """A Prometheus summary: cumulative count and sum, quantiles over a recent window.
 
@@ -173,6 +222,8 @@ class ModelStatistics:
     execution_count: int = 0
     last_inference_ms: int = 0
     batch_stats: dict[int, BatchDurations] = field(default_factory=dict)
+    # Decoupled models: by response index within a request.
+    response_stats: dict[int, ResponseDurations] = field(default_factory=dict)
     # fail.count split by reason; every reason is present (the metric pre-creates all four).
     failures: dict[FailureReason, int] = field(default_factory=_zero_failures)
     # Only when the metrics ask for them (they cost a little per request).
@@ -203,9 +254,13 @@ class ModelStatistics:
             first_response=histogram,
         )
 
-    def record_execution(self, batch_size: int, timing: ComputeTiming) -> None:
+    def record_execution(
+        self, batch_size: int, timing: ComputeTiming, inferences: int | None = None
+    ) -> None:
+        """One execution of ``batch_size`` (its ``batch_stats`` entry); ``inferences``: the
+        inferences it made, when fewer (a sequence batch's fillers count in the size only)."""
         self.execution_count += 1
-        self.inference_count += batch_size
+        self.inference_count += batch_size if inferences is None else inferences
         self.last_inference_ms = time.time_ns() // 1_000_000
         per_batch = self.batch_stats.get(batch_size)
         if per_batch is None:
@@ -242,6 +297,12 @@ class ModelStatistics:
     ) -> None:
         self.fail.add(end_ns - arrival_ns)
         self.failures[reason] += 1
+
+    def record_response(self, index: int, kind: ResponseKind, timing: ResponseTiming) -> None:
+        durations = self.response_stats.get(index)
+        if durations is None:
+            durations = self.response_stats[index] = ResponseDurations()
+        durations.record(kind, timing)
 
     def record_first_response(self, arrival_ns: int, now_ns: int) -> None:
         if self.first_response is not None:

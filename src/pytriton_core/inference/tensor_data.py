@@ -107,3 +107,12 @@ def array_to_bytes(tensor: Tensor) -> Buffer:
         array = array.astype(tensor.datatype.numpy_dtype)
     # A byte view: the buffer protocol has no format for some dtypes (bfloat16).
     return array.reshape(-1).view(np.uint8).data
+
+
+def zeros(datatype: types.DataType, shape: list[int] | tuple[int, ...]) -> np.ndarray:
+    """A tensor of zeros (BYTES: empty strings), as zero_data fills warm-up and state."""
+    if datatype.is_bytes:
+        array = np.empty(shape, dtype=np.object_)
+        array.fill(b"")
+        return array
+    return np.zeros(shape, dtype=datatype.numpy_dtype)

@@ -1,5 +1,9 @@
 """Model lifecycle: load, look up and unload the models of the repositories.
 
+Ensembles depend on the models their steps use (``dependencies.py``): those load first (an
+ensemble's load brings them in explicit mode), an ensemble is checked against them before
+it serves, and unloading a model unloads the ensembles that use it first.
+
 A load runs Triton's two steps. The poll (``polling.py``) reads the model folder and its
 config; a model unchanged since it was loaded stops there, and its load is a no-op. Then
 each version to (re)load starts on the load pool (``version_start.py``, at most
@@ -12,16 +16,22 @@ Lookups and state changes happen on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from google.protobuf.message import Message
 
 from pytriton_core import config as model_config
+from pytriton_core import proto
 from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
+from pytriton_core.config import ensemble
+from pytriton_core.config.spec import ModelSpec
 from pytriton_core.devices import visible_gpu_ids
 from pytriton_core.errors import (
     InvalidArgumentError,
@@ -30,10 +40,14 @@ from pytriton_core.errors import (
     ServerError,
     UnavailableError,
 )
+from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.memory.device import DevicePools
 from pytriton_core.memory.pinned import StagingPool
 from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.paths import check_model_name
+from pytriton_core.repository import dependencies
 from pytriton_core.repository.identity import ModelId, resolve, unknown_model
+from pytriton_core.repository.model_calls import InProcessCalls
 from pytriton_core.repository.polling import (
     PolledModel,
     PollError,
@@ -43,6 +57,7 @@ from pytriton_core.repository.polling import (
 )
 from pytriton_core.repository.scan import scan_repositories
 from pytriton_core.repository.version_start import VersionStarter, failure_reason
+from pytriton_core.runtime.ensemble import EnsembleModel
 from pytriton_core.runtime.model import Model, ModelState
 
 log = logging.getLogger(__name__)
@@ -92,6 +107,8 @@ class ModelManager:
         self._poll_settings = PollSettings(
             options.model_config_name, options.disable_auto_complete_config, gpu_ids
         )
+        # What model code (BLS) calls: handed to every backend with the model's location.
+        self._calls = InProcessCalls(self, loop, options)
         self._starter = VersionStarter(
             options,
             backends,
@@ -100,6 +117,7 @@ class ModelManager:
             host_staging,
             DevicePools(options.memory.cuda_memory_pool_byte_size),
             custom_metrics,
+            self._calls,
         )
         # Polls and version starts, for every model at once: --model-load-thread-count.
         self._load_pool = ThreadPoolExecutor(
@@ -113,6 +131,11 @@ class ModelManager:
         self._states: dict[ModelId, dict[int, _VersionStatus]] = {}
         self._polled: dict[ModelId, PolledModel] = {}  # what each served model came from
         self._locks: dict[ModelId, asyncio.Lock] = {}
+        # Serving ensembles (by name) -> the model names their steps use.
+        self._dependencies: dict[str, tuple[str, ...]] = {}
+        # Models loaded by name, not only because an ensemble needs them (Triton's
+        # "explicitly loaded"): unload_dependents leaves these loaded.
+        self._explicit: set[str] = set()
 
     # ----------------------------------------------------------------- lookups
 
@@ -226,12 +249,24 @@ class ModelManager:
         for name in duplicates:
             log.error("failed to poll model '%s': not unique across all model repositories", name)
             failed.append(name)
-        outcomes = await asyncio.gather(
-            *(self._load_id(model_id) for model_id in ids), return_exceptions=True
-        )
-        for model_id, outcome in zip(ids, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                failed.append(str(model_id))
+        self._explicit.update(model_id.name for model_id in ids)
+        # An ensemble's composing models load first (in explicit mode too: the ensemble
+        # brings them), and the models of one wave load side by side.
+        graph = await asyncio.to_thread(self._dependency_graph, [m.name for m in ids])
+        composing = [
+            model_id
+            for name in dict.fromkeys(d for m in ids for d in graph.closure(m.name))
+            if (model_id := self._step_id(name)) is not None and model_id not in ids
+        ]
+        by_name = _by_name([*ids, *composing])  # with namespacing, a name may be several
+        for wave in dependencies.load_waves(list(by_name), graph.edges):
+            wave_ids = [model_id for name in wave for model_id in by_name[name]]
+            outcomes = await asyncio.gather(
+                *(self._load_id(model_id) for model_id in wave_ids), return_exceptions=True
+            )
+            for model_id, outcome in zip(wave_ids, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    failed.append(str(model_id))
         return failed
 
     async def load(
@@ -245,6 +280,13 @@ class ModelManager:
         ``config_json`` replaces the model's config.pbtxt; ``files`` ("file:<path>" →
         bytes) replace the model folder and need ``config_json``.
         """
+        try:
+            check_model_name(name)  # the one check of a client's model name
+        except InvalidArgumentError as exc:
+            # Triton 2.51 answers a name that is a path with its poll failure (the reason
+            # goes to the log); it must never reach a path.
+            log.error("Poll failed for model directory '%s': %s", name, exc.message)
+            raise poll_failure(name) from None
         self._rescan()
         ids = [model_id for model_id in self._sources if model_id.name == name]
         if files or not ids:
@@ -252,14 +294,34 @@ class ModelManager:
         if not files and name in self._duplicates:
             log.error("failed to poll model '%s': not unique across all model repositories", name)
             raise poll_failure(name)
+        await self._load_composing_models(name, config_json)
         for model_id in ids:
             try:
                 await self._load_id(model_id, config_json, files)
             except LoadFailure as failure:
                 raise failure.error from None
+        self._explicit.add(name)
+        await self._recheck_dependents(name)
 
-    async def unload(self, name: str) -> None:
-        """Unload every version of a model; unknown names are ignored, as Triton does."""
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload every version of a model; unknown names are ignored, as Triton does.
+
+        The ensembles that use the model are unloaded first (they cannot serve without it).
+        With ``unload_dependents``, the models an ensemble brought in (loaded for it, not
+        by name) go too once no other serving ensemble uses them.
+        """
+        for user in reversed(dependencies.dependents(name, self._dependencies)):
+            await self._unload_name(user)
+        composing = dependencies.closure(name, self._dependencies)
+        await self._unload_name(name)
+        self._explicit.discard(name)
+        if unload_dependents:
+            for model in composing:
+                still_used = any(model in used for used in self._dependencies.values())
+                if model not in self._explicit and not still_used:
+                    await self._unload_name(model)
+
+    async def _unload_name(self, name: str) -> None:
         model_ids = [model_id for model_id in self._states if model_id.name == name]
         for model_id in model_ids:
             async with self._lock(model_id):
@@ -273,7 +335,10 @@ class ModelManager:
             async with self._lock(model_id):
                 await self._unload_unlocked(model_id, timeout_s)
 
-        await asyncio.gather(*(unload(model_id) for model_id in list(self._models)))
+        # Ensembles first, while the models they use still serve their last requests.
+        by_name = _by_name(list(self._models))
+        for wave in reversed(dependencies.load_waves(list(by_name), self._dependencies)):
+            await asyncio.gather(*(unload(m) for name in wave for m in by_name[name]))
         self._load_pool.shutdown(wait=False)
 
     async def poll_forever(self, interval_s: float) -> None:
@@ -291,10 +356,18 @@ class ModelManager:
             log.info("model '%s' removed from the repository: unloading", model_id)
             async with self._lock(model_id):
                 await self._unload_unlocked(model_id)
-        await asyncio.gather(
-            *(self._load_id(model_id) for model_id in sorted(self._sources)),
-            return_exceptions=True,
+        graph = await asyncio.to_thread(
+            self._dependency_graph, [m.name for m in sorted(self._sources)]
         )
+        by_name = _by_name(sorted(self._sources))
+        for wave in dependencies.load_waves(list(by_name), graph.edges):
+            wave_ids = [m for name in wave for m in by_name[name]]
+            outcomes = await asyncio.gather(
+                *(self._load_id(model_id) for model_id in wave_ids), return_exceptions=True
+            )
+            for model_id, outcome in zip(wave_ids, outcomes, strict=True):
+                if outcome is None:
+                    await self._recheck_dependents(model_id.name)
 
     # ------------------------------------------------------------ loading
 
@@ -351,6 +424,17 @@ class ModelManager:
 
     async def _load_versions(self, polled: PolledModel, previous: PolledModel | None) -> None:
         model_id = polled.model_id
+        composing: dict[str, ModelSpec] | None = None
+        if ensemble.is_ensemble(polled.config):
+            # Checked against its composing models before any version starts; a failure
+            # fails the model, as Triton's dependency check does.
+            try:
+                composing = await self._check_ensemble(polled)
+            except ServerError as exc:
+                log.error("failed to load model '%s': %s", model_id, exc.message)
+                raise LoadFailure(
+                    InvalidArgumentError(f"load failed for model '{model_id}': {exc.message}\n")
+                ) from None
         states = self._states.setdefault(model_id, {})
         try:
             available = model_config.list_version_dirs(polled.model_dir)
@@ -379,10 +463,18 @@ class ModelManager:
             log.info("loading: %s:%d", model_id, version)
             if version not in serving:  # a serving version reloads in the background
                 states[version] = _VersionStatus(ModelState.LOADING)
-        outcomes = await asyncio.gather(
-            *(self._in_pool(self._starter.start, polled, v) for v in to_start),
-            return_exceptions=True,
-        )
+        if composing is not None:
+            outcomes: list[Model | BaseException] = []
+            for version in to_start:
+                try:
+                    outcomes.append(self._start_ensemble(polled, version, composing))
+                except ServerError as exc:
+                    outcomes.append(exc)
+        else:
+            outcomes = await asyncio.gather(
+                *(self._in_pool(self._starter.start, polled, v) for v in to_start),
+                return_exceptions=True,
+            )
         started = {
             v: outcome
             for v, outcome in zip(to_start, outcomes, strict=True)
@@ -412,6 +504,8 @@ class ModelManager:
         for version in started:
             states[version] = _VersionStatus(ModelState.READY)
         self._polled[model_id] = polled
+        if composing is not None:
+            self._dependencies[model_id.name] = dependencies.step_models(polled.config)
         for model in dropped:
             states[model.version] = _VersionStatus(ModelState.UNLOADING)
         await self._stop_models([*replaced, *dropped], model_id)
@@ -420,6 +514,139 @@ class ModelManager:
         if previous is not None and previous is not polled:
             previous.release()
         log.info("successfully loaded '%s'", model_id)
+
+    # ------------------------------------------------------------ ensembles
+
+    def _dependency_graph(
+        self, names: list[str], config: Message | None = None
+    ) -> dependencies.DependencyGraph:
+        """The ensembles among ``names`` and the models they use (blocking: file reads).
+
+        ``config``: the config ``names[0]`` loads with, when it is not its config.pbtxt.
+        """
+        overrides = {names[0]: config} if config is not None else None
+        model_dirs = {model_id.name: path for model_id, path in self._sources.items()}
+        return dependencies.build_graph(
+            names, model_dirs, self._options.model_config_name, overrides
+        )
+
+    def _step_id(self, name: str) -> ModelId | None:
+        """The model a step's name means (one of the repositories' models), else None."""
+        matches = [model_id for model_id in self._sources if model_id.name == name]
+        return matches[0] if len(matches) == 1 else None
+
+    async def _load_composing_models(self, name: str, config_json: str | None) -> None:
+        """Load what an ensemble needs first (a model unchanged since it loaded is a no-op
+        load); a model that fails here is reported by the ensemble's own load."""
+        config = None
+        if config_json:
+            with contextlib.suppress(ServerError):  # the load itself reports a bad config
+                config = model_config.config_from_json(config_json)
+        graph = await asyncio.to_thread(self._dependency_graph, [name], config)
+        for wave in dependencies.load_waves(graph.closure(name), graph.edges):
+            ids = [m for n in wave if (m := self._step_id(n)) is not None]
+            await asyncio.gather(*(self._load_id(m) for m in ids), return_exceptions=True)
+
+    async def _check_ensemble(self, polled: PolledModel) -> dict[str, ModelSpec]:
+        """The specs an ensemble's steps run on, checked against its steps."""
+        name = polled.model_id.name
+        graph = await asyncio.to_thread(self._dependency_graph, [name], polled.config)
+        cycle = dependencies.circular_dependency(name, graph.edges)
+        if cycle is not None:
+            raise InvalidArgumentError(cycle)
+        composing = self._composing_specs(polled.config)
+        config = self._normalized(polled)
+        ensemble.check_ensemble_steps(ModelSpec.from_config(config, 1), composing)
+        return composing
+
+    def _normalized(self, polled: PolledModel) -> Message:
+        config = proto.ModelConfig()
+        config.CopyFrom(polled.config)
+        model_config.normalize_config(config)
+        return config
+
+    def _composing_specs(self, config: Message) -> dict[str, ModelSpec]:
+        """The specs the steps run on (the latest ready version of each step's model),
+        with Triton's messages when one is missing."""
+        cfg: Any = config
+        name = cfg.name
+        steps = ensemble.composing_models(config)
+        missing = [
+            model
+            for model in dict.fromkeys(m for m, _ in steps)
+            if self._step_id(model) is None and not self.ready_versions(model)
+        ]
+        if missing:
+            raise InvalidArgumentError(
+                f"ensemble {name} contains models that are not available or ambiguous: "
+                + ", ".join(missing)
+            )
+        specs: dict[str, ModelSpec] = {}
+        for model, version in steps:
+            ready = self.ready_versions(model)
+            if not ready:
+                message = f"ensemble '{name}' depends on '{model}' which has no loaded version."
+                reason = self._failure_of(model)
+                if reason:
+                    message += f" Model '{model}' loading failed with error: {reason}"
+                raise InvalidArgumentError(message)
+            if version >= 0 and version not in {m.version for m in ready}:
+                raise InvalidArgumentError(
+                    f"ensemble '{name}' depends on '{model}' whose required version "
+                    f"{version} is not loaded."
+                )
+            specs[model] = ready[-1].spec
+        return specs
+
+    def _failure_of(self, name: str) -> str:
+        model_id = self._step_id(name)
+        states = self._states.get(model_id) if model_id is not None else None
+        reasons = [s.reason for s in (states or {}).values() if s.reason and s.reason != UNLOADED]
+        return reasons[0] if reasons else ""
+
+    def _start_ensemble(
+        self, polled: PolledModel, version: int, composing: dict[str, ModelSpec]
+    ) -> Model:
+        """An ensemble version (on the loop: it has no instances to start)."""
+        config = self._normalized(polled)
+        cfg: Any = config
+        # As Triton does, the config tells whether a decoupled model makes it decoupled.
+        cfg.model_transaction_policy.decoupled = ensemble.check_ensemble_steps(
+            ModelSpec.from_config(config, version), composing
+        )
+        spec = ModelSpec.from_config(config, version)
+        metrics = self._options.metrics if self._options.allow_metrics else None
+        stats = ModelStatistics.create(metrics, spec.histogram_buckets)
+        model = EnsembleModel(spec, config, polled.model_dir, self._loop, self.get, stats)
+        model.start()
+        return model
+
+    async def _recheck_dependents(self, name: str) -> None:
+        """After ``name`` (re)loaded: an ensemble using it that no longer fits it becomes
+        unavailable, and one whose decoupled-ness changed reloads."""
+        for user in dependencies.dependents(name, self._dependencies):
+            current = self.ready_versions(user)
+            if not current:
+                continue
+            try:
+                decoupled = ensemble.check_ensemble_steps(
+                    current[-1].spec, self._composing_specs(current[-1].config)
+                )
+            except ServerError as exc:
+                log.error("failed to load model '%s': %s", user, exc.message)
+                await self._unload_name(user)
+                continue
+            model_id = self._step_id(user)
+            previous = self._polled.get(model_id) if model_id is not None else None
+            if decoupled != current[-1].spec.decoupled and model_id is not None:
+                if previous is not None and previous.override is not None:
+                    log.warning("ensemble '%s' changed decoupled-ness: load it again", user)
+                    continue
+                self._polled.pop(model_id, None)  # not a no-op load: reload it
+                with contextlib.suppress(LoadFailure):
+                    await self._load_id(model_id)
+                if previous is not None and self._polled.get(model_id) is not previous:
+                    previous.release()
 
     async def _abandon(
         self,
@@ -448,6 +675,7 @@ class ModelManager:
         if timeout_s is None:
             timeout_s = self._options.exit_timeout_secs
         versions = self._models.pop(model_id, {})
+        self._dependencies.pop(model_id.name, None)
         states = self._states.get(model_id)
         if states is None:
             return
@@ -460,3 +688,11 @@ class ModelManager:
         polled = self._polled.pop(model_id, None)
         if polled is not None:
             polled.release()
+
+
+def _by_name(model_ids: list[ModelId]) -> dict[str, list[ModelId]]:
+    """The models of each name, in order (with namespacing a name may be several)."""
+    grouped: dict[str, list[ModelId]] = {}
+    for model_id in model_ids:
+        grouped.setdefault(model_id.name, []).append(model_id)
+    return grouped

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from pytriton_core import config as model_config
 from pytriton_core import proto
-from pytriton_core.backends.base import InstanceSpec, ModelLocation
+from pytriton_core.backends.base import InstanceSpec, ModelLocation, ServerCalls
 from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.config.spec import ModelSpec
@@ -56,6 +56,7 @@ class VersionStarter:
     host_staging: StagingPool | None
     device_pools: DevicePools
     custom_metrics: MetricRegistry | None = None
+    server: ServerCalls | None = None  # what model code calls (BLS)
 
     def start(self, polled: PolledModel, version: int) -> Model:
         """Start ``version``, retrying as told; raises the last failure."""
@@ -111,6 +112,7 @@ class VersionStarter:
             host_staging=self.host_staging,
             device_pools=self.device_pools,
             custom_metrics=self.custom_metrics,
+            server=self.server,
         )
 
     def check_gpu_limits(self, specs: Sequence[InstanceSpec]) -> None:

@@ -13,13 +13,19 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
-from pytriton_core.scheduling.base import Scheduler
+from pytriton_core.scheduling.base import Retained, Scheduler
 
 log = logging.getLogger(__name__)
 
-# The batch, then one response per request or the error that failed the whole execution.
+# The batch, then one response per request or the error that failed the whole execution,
+# the timing, and the requests the scheduler kept (re-queued) or answers with an error.
 BatchDone = Callable[
-    [list[InferenceRequest], Sequence[InferenceResponse | None] | ServerError, ComputeTiming],
+    [
+        list[InferenceRequest],
+        Sequence[InferenceResponse | None] | ServerError,
+        ComputeTiming,
+        Retained,
+    ],
     None,
 ]
 
@@ -40,9 +46,13 @@ class ModelInstance:
         schedule_on_loop: Callable[..., object],
         warmup: Sequence[WarmupSample] = (),
         model_name: str = "",
+        index: int = 0,
     ) -> None:
+        """``index``: the instance's position among the model's (what the scheduler knows
+        it by)."""
         self.spec = spec
         self._model_name = model_name
+        self.index = index
         self._warmup = warmup
         self._backend_model = backend_model
         self._scheduler = scheduler
@@ -95,7 +105,8 @@ class ModelInstance:
             log.exception("finalize failed for instance %s", self.spec.name)
 
     def _serve(self, backend_instance: BackendInstance) -> None:
-        while (batch := self._scheduler.next_batch()) is not None:
+        scheduler = self._scheduler
+        while (batch := scheduler.next_batch(self.index)) is not None:
             timing = ComputeTiming(start_ns=time.monotonic_ns())
             if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
                 log.debug(
@@ -117,7 +128,15 @@ class ModelInstance:
                 log.exception("execute failed on instance %s", self.spec.name)
                 responses = InternalError(f"{type(exc).__name__}: {exc}")
             timing.close()
-            self._schedule_on_loop(self._on_batch_done, batch, responses, timing)
+            # Before the next batch: a sequence's state and re-queued requests are settled
+            # in execution order.
+            retained: Retained
+            try:
+                retained = scheduler.completed(self.index, batch, responses)
+            except Exception:
+                log.exception("the scheduler failed to complete a batch of %s", self.spec.name)
+                retained = {}
+            self._schedule_on_loop(self._on_batch_done, batch, responses, timing, retained)
             # Keep nothing of a finished batch while waiting for the next one: its inputs
             # can be large, or views that hold a client's shared-memory region mapped.
-            del batch, responses
+            del batch, responses, retained

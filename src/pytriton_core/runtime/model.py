@@ -20,7 +20,13 @@ from google.protobuf.message import Message
 
 from pytriton_core.backends.base import BackendModel, InstanceSpec
 from pytriton_core.config.spec import ModelSpec
-from pytriton_core.errors import CancelledError, ErrorCode, ServerError, UnavailableError
+from pytriton_core.errors import (
+    CancelledError,
+    ErrorCode,
+    InvalidArgumentError,
+    ServerError,
+    UnavailableError,
+)
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import (
@@ -32,9 +38,10 @@ from pytriton_core.inference.statistics import (
 from pytriton_core.paths import confined_path
 from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
+from pytriton_core.runtime.response_stats import ResponseCounter
 from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
-from pytriton_core.scheduling import create_scheduler
+from pytriton_core.scheduling import Requeued, Retained, create_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +86,7 @@ class Model:
         self.stats = stats if stats is not None else ModelStatistics()
         self._loop = loop
         self._backend_model = backend_model
-        self._scheduler = create_scheduler(spec, self._reject_threadsafe)
+        self._scheduler = create_scheduler(spec, self._reject_threadsafe, model_dir)
         self._instances: list[ModelInstance] = []
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
@@ -103,8 +110,9 @@ class Model:
         """Create the instances (blocking: call from a worker thread, not the loop)."""
         scheduler = self._scheduler
         warmup = warmup_samples(self.spec, self.model_dir)
+        scheduler.start(len(instance_specs))
         try:
-            for instance_spec in instance_specs:
+            for index, instance_spec in enumerate(instance_specs):
                 instance = ModelInstance(
                     instance_spec,
                     self._backend_model,
@@ -113,12 +121,13 @@ class Model:
                     self._loop.call_soon_threadsafe,
                     warmup,
                     model_name=self.name,
+                    index=index,
                 )
                 instance.start()
                 self._instances.append(instance)
         except BaseException:
             # One instance failed: release those already running before the load fails.
-            scheduler.stop(len(self._instances))
+            scheduler.stop(len(instance_specs))
             self._join_and_finalize()
             raise
         self.stats.memory_usage = merge_memory_usage(
@@ -128,6 +137,27 @@ class Model:
 
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
+        self._admit(request)
+        if self.spec.decoupled:
+            request.observer = ResponseCounter(self.stats, request.arrival_ns)
+        try:
+            self._scheduler.enqueue(request)
+        except InvalidArgumentError:
+            # A request the scheduler finds malformed (a sequence without START...) failed
+            # validation, which Triton neither counts nor prefixes with the request id.
+            raise
+        except ServerError as exc:
+            self.stats.record_request_failure(
+                request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
+            )
+            raise exc.with_request_id(request.id) from None
+        self._in_flight += 1
+        if self._release_order is not None:
+            self._release_order.append(request)
+        request.on_cancel(functools.partial(self._cancel_queued, request))
+
+    def _admit(self, request: InferenceRequest) -> None:
+        """Refuse a request the model cannot take now; start its queue time."""
         if self.state is not ModelState.READY:
             raise UnavailableError(
                 f"Request for unknown model: '{self.name}' version {self.version} is not at "
@@ -141,19 +171,6 @@ class Model:
         request.queue_start_ns = time.monotonic_ns()
         if request.trace is not None:
             self._trace_submit(request)
-        if self.spec.decoupled and self.stats.first_response is not None:
-            self._observe_first_response(request)
-        try:
-            self._scheduler.enqueue(request)
-        except ServerError as exc:
-            self.stats.record_request_failure(
-                request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
-            )
-            raise exc.with_request_id(request.id) from None
-        self._in_flight += 1
-        if self._release_order is not None:
-            self._release_order.append(request)
-        request.on_cancel(functools.partial(self._cancel_queued, request))
 
     @property
     def in_flight(self) -> int:
@@ -180,22 +197,6 @@ class Model:
                 tensor.data,
             )
 
-    def _observe_first_response(self, request: InferenceRequest) -> None:
-        """Decoupled: time the first response the model sends (the histogram's measure)."""
-        respond = request.on_response
-        stats = self.stats
-        first = True
-
-        def observed(response: InferenceResponse | None, final: bool) -> None:
-            nonlocal first
-            if first and response is not None:
-                first = False
-                stats.record_first_response(request.arrival_ns, time.monotonic_ns())
-            if respond is not None:
-                respond(response, final)
-
-        request.on_response = observed
-
     def _cancel_queued(self, request: InferenceRequest) -> None:
         """A request was cancelled: if it still waits in the queue it never runs, and is
         answered CANCELLED (on the next loop turn, not inside its canceller's call)."""
@@ -221,7 +222,11 @@ class Model:
         batch: list[InferenceRequest],
         responses: Sequence[InferenceResponse | None] | ServerError,
         timing: ComputeTiming,
+        retained: Retained,
     ) -> None:
+        """An execution finished. Fillers of idle sequence slots (``padding``) count in
+        the batch size only; a request the scheduler re-queued (``Requeued``) counts its
+        execution but stays in flight."""
         stats = self.stats
         end_ns = time.monotonic_ns()
         for request in batch:
@@ -237,6 +242,8 @@ class Model:
                 else FailureReason.BACKEND
             )
             for request in batch:
+                if request.padding:
+                    continue
                 self._in_flight -= 1
                 stats.record_request_failure(request.arrival_ns, end_ns, reason)
                 self._release(request, InferenceResponse.failed(responses))
@@ -248,13 +255,28 @@ class Model:
         # here on the loop, as Triton's lasts until the backend has sent them. So request
         # = queue + compute input + infer + output, with no unaccounted overhead.
         timing.end_ns = end_ns
-        stats.record_execution(sum(r.batch_size for r in batch), timing)
-        for request, response in zip(batch, responses, strict=True):
-            self._in_flight -= 1
+        inferences = sum(r.batch_size for r in batch if not r.padding)
+        stats.record_execution(sum(r.batch_size for r in batch), timing, inferences)
+        for index, (request, response) in enumerate(zip(batch, responses, strict=True)):
+            if request.padding:
+                continue
             # An error the model answered with still counts as a successful execution, as
-            # Triton counts it; so does a request answered through its response sender.
+            # Triton counts it; so does a request answered through its response sender, and
+            # each execution of a request the model rescheduled.
+            kept = retained.get(index)
+            if isinstance(kept, Requeued):
+                start_ns = kept.queue_start_ns
+                stats.record_request_success(start_ns, start_ns, timing, end_ns)
+                continue  # queued again: not finished
             start_ns = request.queue_start_ns
             stats.record_request_success(start_ns, start_ns, timing, end_ns)
+            if request.compute_observer is not None:
+                request.compute_observer(timing)
+            if kept is not None:
+                # A reschedule that could not be honoured: the request fails, as in Triton.
+                stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
+                response = InferenceResponse.failed(kept)
+            self._in_flight -= 1
             if response is None:  # answered through its response sender
                 if self._release_order is not None:
                     self._release_order.remove(request)

@@ -6,7 +6,9 @@ backend. The per-model facts it needs are computed once at load (the ``ModelSpec
 
 from __future__ import annotations
 
-from pytriton_core.config.spec import ModelSpec
+from collections.abc import Callable
+
+from pytriton_core.config.spec import CONTROL_CORRID, ModelSpec
 from pytriton_core.errors import InvalidArgumentError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 
@@ -104,3 +106,29 @@ def validate_request(request: InferenceRequest, spec: ModelSpec) -> None:
                 raise InvalidArgumentError(
                     f"unexpected inference output '{name}' for model '{model_name}'"
                 )
+
+    if spec.sequence_batching is not None and request.correlation_id not in (0, ""):
+        _check_correlation_id(request, spec, error)
+
+
+def _check_correlation_id(
+    request: InferenceRequest, spec: ModelSpec, error: Callable[[str], ServerError]
+) -> None:
+    """The ID's kind must suit the CORRID control (Triton's ValidateCorrelationId: string
+    IDs need TYPE_STRING, integer IDs one of the integer types)."""
+    assert spec.sequence_batching is not None
+    found = spec.sequence_batching.control(CONTROL_CORRID)
+    if found is None:
+        return
+    name, control = found
+    expected = control.datatype
+    if expected is None:
+        return
+    is_string = isinstance(request.correlation_id, str)
+    if is_string == expected.is_bytes:
+        return
+    given = "BYTES" if is_string else "UINT64"
+    raise error(
+        f"sequence batching control '{name}' data-type is '{given}', but model "
+        f"'{spec.name}' expects '{expected.wire_name}'"
+    )

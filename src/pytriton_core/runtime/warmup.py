@@ -28,7 +28,7 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import Tensor
-from pytriton_core.inference.tensor_data import array_from_bytes
+from pytriton_core.inference.tensor_data import array_from_bytes, zeros
 from pytriton_core.paths import confined_path
 
 WARMUP_DIR = "warmup"
@@ -64,7 +64,8 @@ def warmup_samples(spec: ModelSpec, model_dir: Path) -> list[WarmupSample]:
             )
         inputs = {}
         for input_name, data in setting.inputs.items():
-            declared = spec.inputs.get(input_name)
+            # Sequence models' samples carry the control (and state) inputs themselves.
+            declared = spec.model_inputs.get(input_name)
             if declared is None:
                 raise ModelConfigError(f"{where}: the model has no input '{input_name}'")
             tensor = _sample_tensor(input_name, data, max_batch_size > 0, model_dir, where)
@@ -113,7 +114,7 @@ def _sample_tensor(
     elif data.random_data:
         array = _random(datatype, shape)
     elif data.zero_data:
-        array = _zeros(datatype, shape)
+        array = zeros(datatype, shape)
     else:
         raise ModelConfigError(
             f"{where}: input '{name}' sets none of zero_data, random_data, input_data_file"
@@ -121,20 +122,12 @@ def _sample_tensor(
     return Tensor(name, datatype, array)
 
 
-def _zeros(datatype: types.DataType, shape: list[int]) -> np.ndarray:
-    if datatype.is_bytes:
-        array = np.empty(shape, dtype=np.object_)
-        array.fill(b"")
-        return array
-    return np.zeros(shape, dtype=datatype.numpy_dtype)
-
-
 def _random(datatype: types.DataType, shape: list[int]) -> np.ndarray:
     rng = np.random.default_rng()
     dtype = datatype.numpy_dtype
     if datatype.is_bytes:
         # As Triton does, random BYTES elements are empty strings.
-        return _zeros(datatype, shape)
+        return zeros(datatype, shape)
     if dtype.kind == "b":
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if dtype.kind in ("i", "u"):

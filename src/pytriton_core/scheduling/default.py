@@ -23,7 +23,7 @@ class DefaultScheduler(Scheduler):
             self._waiting.add(request)
         self._queue.put(request)
 
-    def next_batch(self) -> list[InferenceRequest] | None:
+    def next_batch(self, instance: int = 0) -> list[InferenceRequest] | None:
         while (request := self._queue.get()) is not None:
             with self._lock:
                 if request in self._waiting:

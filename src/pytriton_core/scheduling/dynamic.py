@@ -13,15 +13,25 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from pytriton_core.config.spec import ModelSpec, QueuePolicy
+from pytriton_core.config.spec import ModelSpec, QueuePolicy, TensorSpec
 from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.scheduling.base import Scheduler
 
 RejectRequest = Callable[[InferenceRequest, ServerError], None]
+
+
+def shape_checked_inputs(tensors: Iterable[TensorSpec]) -> frozenset[str]:
+    """Inputs whose shapes must agree across a batch (Triton's enforce_equal_shape_tensors):
+    shape tensors and inputs with a variable dim, unless they allow ragged batching."""
+    return frozenset(
+        tensor.name
+        for tensor in tensors
+        if (-1 in tensor.dims or tensor.is_shape_tensor) and not tensor.allow_ragged_batch
+    )
 
 
 @dataclass(frozen=True)
@@ -47,12 +57,7 @@ class BatchingSettings:
             level: overrides.get(level, batching.default_queue_policy)
             for level in range(1, max(levels, 1) + 1)
         }
-        # Inputs with a variable dim must match across a batch unless ragged batching is on.
-        checked = frozenset(
-            tensor.name
-            for tensor in spec.inputs.values()
-            if (-1 in tensor.dims or tensor.is_shape_tensor) and not tensor.allow_ragged_batch
-        )
+        checked = shape_checked_inputs(spec.inputs.values())
         return cls(
             max_batch_size=max(1, spec.max_batch_size),
             preferred_batch_sizes=frozenset(batching.preferred_batch_sizes),
@@ -69,6 +74,9 @@ class BatchingSettings:
 class _Entry:
     request: InferenceRequest
     deadline_ns: int  # 0: no queue timeout
+    # When it entered this batcher (Triton's batcher start): the delay counts from here. The
+    # oldest-strategy sequence batcher hands a request on long after it was queued.
+    since_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -117,13 +125,13 @@ class DynamicBatchScheduler(Scheduler):
         with self._cond:
             if policy.max_queue_size and len(queue) >= policy.max_queue_size:
                 raise UnavailableError("Exceeds maximum queue size")
-            queue.waiting.append(_Entry(request, deadline))
+            queue.waiting.append(_Entry(request, deadline, time.monotonic_ns()))
             self._count += 1
             self._cond.notify()
             if deadline:
                 self._deadline_cond.notify()
 
-    def next_batch(self) -> list[InferenceRequest] | None:
+    def next_batch(self, instance: int = 0) -> list[InferenceRequest] | None:
         with self._cond:
             while not self._stopping:
                 now = time.monotonic_ns()
@@ -241,7 +249,7 @@ class DynamicBatchScheduler(Scheduler):
                 break
         if not chosen:
             return [], self._next_deadline_in(now)
-        waited = now - chosen[0][1].request.queue_start_ns
+        waited = now - chosen[0][1].since_ns
         delay = settings.max_queue_delay_ns
         delay_over = delay != 0 and waited >= delay  # no delay: never "over", as in Triton
         if preferred_len and not delay_over:

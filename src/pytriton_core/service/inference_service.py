@@ -30,7 +30,6 @@ from pytriton_core.inference.tensor_data import check_tensor_limits
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
 from pytriton_core.options import ModelControlMode, ServerOptions
-from pytriton_core.paths import check_model_name
 from pytriton_core.repository.manager import IndexEntry, ModelManager
 from pytriton_core.runtime.model import Model
 from pytriton_core.service.statistics_report import statistics_document
@@ -39,6 +38,7 @@ from pytriton_core.tracing import RequestTrace, SettingChange, TraceManager
 # Triton's order (core/src/server.cc); listed only once their feature exists here.
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",
@@ -220,12 +220,11 @@ class InferenceService:
     ) -> None:
         """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config."""
         self._require_explicit_mode()
-        check_model_name(name)  # the one check of a client's model name, at the API edge
         await self._manager.load(name, config, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._require_explicit_mode()
-        await self._manager.unload(name)
+        await self._manager.unload(name, unload_dependents)
 
     # --------------------------------------------------------- statistics
 

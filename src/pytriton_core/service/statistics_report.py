@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pytriton_core.inference.statistics import Duration, ModelStatistics
+from pytriton_core.inference.statistics import Duration, ModelStatistics, ResponseDurations
 from pytriton_core.runtime.model import Model
 
 
@@ -36,7 +36,11 @@ def _model_stats(model: Model) -> dict[str, Any]:
             "cache_hit": _duration(s.cache_hit),
             "cache_miss": _duration(s.cache_miss),
         },
-        "response_stats": {},
+        # Keyed by the index as a string, in string order, as Triton's map sorts them.
+        "response_stats": {
+            key: _response_stats(s.response_stats[index])
+            for key, index in sorted((str(i), i) for i in s.response_stats)
+        },
         "batch_stats": [
             {
                 "batch_size": size,
@@ -50,4 +54,15 @@ def _model_stats(model: Model) -> dict[str, Any]:
             {"type": usage.kind, "id": usage.device_id, "byte_size": usage.byte_size}
             for usage in s.memory_usage
         ],
+    }
+
+
+def _response_stats(r: ResponseDurations) -> dict[str, dict[str, int]]:
+    return {
+        "compute_infer": _duration(r.compute_infer),
+        "compute_output": _duration(r.compute_output),
+        "success": _duration(r.success),
+        "fail": _duration(r.fail),
+        "empty_response": _duration(r.empty_response),
+        "cancel": _duration(r.cancel),
     }

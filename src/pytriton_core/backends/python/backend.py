@@ -7,19 +7,22 @@ there is no stub process and no /dev/shm pool: tensors stay numpy arrays end to 
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
+import contextlib
 import inspect
 import json
+import logging
 import sys
+import sysconfig
+import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from google.protobuf.message import Message
 
-from pytriton_core import types
 from pytriton_core.backends.base import (
     Backend,
     BackendInstance,
@@ -29,7 +32,10 @@ from pytriton_core.backends.base import (
 )
 from pytriton_core.backends.framework import flag
 from pytriton_core.backends.python import pb_utils
+from pytriton_core.backends.python.bls import BlsBridge, Caller, InstanceWaits
+from pytriton_core.backends.python.convert import from_pb_tensor, to_pb_tensor
 from pytriton_core.backends.python.model_imports import ModelImporter
+from pytriton_core.backends.python.model_loop import ModelLoop
 from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
 from pytriton_core.errors import (
     ErrorCode,
@@ -39,9 +45,10 @@ from pytriton_core.errors import (
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
-from pytriton_core.inference.statistics import ComputeTiming
-from pytriton_core.inference.tensor import DeviceTensor, Tensor
+from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 from pytriton_core.paths import confined_path
+
+log = logging.getLogger(__name__)
 
 MODULE_NAME = "triton_python_backend_utils"
 
@@ -93,6 +100,10 @@ def _import_model_module(path: Path, location: ModelLocation) -> tuple[ModuleTyp
 class PythonBackend(Backend):
     name = "python"
 
+    def __init__(self) -> None:
+        # Which instances of this server's Python models wait on BLS answers (deadlocks).
+        self._waits = InstanceWaits()
+
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
         cfg: Any = config
         path = _model_file(location, cfg.default_model_filename)
@@ -120,7 +131,13 @@ class PythonBackend(Backend):
         module, importer = _import_model_module(path, location)
         try:
             return PythonModel(
-                module, importer, spec, json.dumps(config_to_json_dict(config)), location, path
+                module,
+                importer,
+                spec,
+                json.dumps(config_to_json_dict(config)),
+                location,
+                path,
+                self._waits,
             )
         except BaseException:
             importer.release()
@@ -136,14 +153,18 @@ class PythonModel(BackendModel):
         model_config: str,
         location: ModelLocation,
         path: Path,
+        waits: InstanceWaits,
     ) -> None:
         """``model_config``: Triton's JSON of the config, what ``initialize`` receives."""
         self._module = module
         self._importer = importer
+        self.waits = waits
         self._model_config = model_config
         self._location = location
         self.decoupled = spec.decoupled
         self._output_names = list(spec.outputs)
+        # A sequence model's implicit-state outputs: kept for the sequence batcher.
+        self.state_outputs = spec.state_outputs
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
         force_cpu = spec.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
         self.gpu_inputs = not flag(force_cpu, default=True)
@@ -170,27 +191,46 @@ class PythonInstance(BackendInstance):
     def __init__(self, model: PythonModel, spec: InstanceSpec, args: dict[str, str]) -> None:
         self._model = model
         self._spec = spec
-        self._staging = model._location.host_staging  # GPU outputs' host copies
-        self._async_loop: asyncio.AbstractEventLoop | None = None
+        location = model._location
+        self._staging = location.host_staging  # GPU outputs' host copies
+        self._key = (location.name, location.version)
+        self._bridge: BlsBridge | None = None
+        if location.server is not None:
+            caller = Caller(self._key, spec.name)
+            self._bridge = BlsBridge(location.server, model.waits, caller, self._staging)
+        model.waits.register(self._key, spec.name)
+        self._loop: ModelLoop | None = None
         # Entered around every call into the model; one per instance (one worker thread).
-        self._running = _running_model(model._location)
-        with self._running:
-            self._python_model = model._module.TritonPythonModel()
-            if inspect.iscoroutinefunction(self._python_model.execute):
-                self._async_loop = asyncio.new_event_loop()
-            initialize = getattr(self._python_model, "initialize", None)
-            if initialize is not None:
-                try:
-                    self._run(initialize(args))
-                except Exception as exc:
-                    raise model_code_error(exc) from exc
+        self._running = _running_model(location)
+        try:
+            with self._scope("initialize"):
+                self._python_model = model._module.TritonPythonModel()
+                initialize = getattr(self._python_model, "initialize", None)
+                if initialize is not None:
+                    try:
+                        self._run(initialize(args))
+                    except Exception as exc:
+                        raise model_code_error(exc) from exc
+        except BaseException:
+            self._close()
+            raise
+
+    @contextlib.contextmanager
+    def _scope(self, phase: str, bridge: BlsBridge | None = None) -> Iterator[None]:
+        """What model code sees while a hook runs: its folder, its server's custom metrics
+        and, for BLS, the server."""
+        with self._running, pb_utils.server_context(bridge or self._bridge, phase):
+            yield
+
+    def _model_loop(self) -> ModelLoop:
+        if self._loop is None:
+            self._loop = ModelLoop(self._spec.name)
+        return self._loop
 
     def _run(self, result: Any) -> Any:
         """Run a hook's result to completion when the hook was ``async def``."""
         if inspect.iscoroutine(result):
-            loop = self._async_loop or asyncio.new_event_loop()
-            self._async_loop = loop
-            return loop.run_until_complete(result)
+            return self._model_loop().run(result)
         return result
 
     def execute(
@@ -198,24 +238,32 @@ class PythonInstance(BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         pb_requests = [self._to_pb_request(r) for r in requests]
         timing.mark_input_done()
-        with self._running:
+        with self._scope("execute"):
             try:
-                result = self._run(self._python_model.execute(pb_requests))
+                result = self._python_model.execute(pb_requests)
+                if inspect.iscoroutine(result) and self._model.decoupled:
+                    self._run_in_background(result, requests)
+                    result = None
+                else:
+                    result = self._run(result)
             except Exception as exc:
-                raise InternalError(
-                    f"Failed to process the request(s) for model '{self._spec.name}', "
-                    f"message: {type(exc).__name__}: {exc}{_model_frames(exc)}"
-                ) from exc
+                raise InternalError(self._failure(exc)) from exc
         timing.mark_infer_done()
+        rescheduled = [
+            r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+            for r in pb_requests
+        ]
         if self._model.decoupled:
             if result is not None:
                 raise InternalError(
                     f"Python model '{self._spec.name}' is using the decoupled mode and the "
                     "execute function must return None."
                 )
+            _mark_rescheduled(requests, rescheduled)
             return [None] * len(requests)
         if result is None:
             # Since Triton 24.06 a default-mode model may answer through its senders.
+            _mark_rescheduled(requests, rescheduled)
             return [None] * len(requests)
         if not isinstance(result, list):
             raise InternalError(
@@ -227,25 +275,81 @@ class PythonInstance(BackendInstance):
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
                 f"InferenceResponse(s) size is:{len(result)}\n"
             )
+        for response, again in zip(result, rescheduled, strict=True):
+            if again and response is not None:
+                # Triton's wording, misspelling included.
+                raise InternalError(
+                    "Expected a None object in the execute function return list for "
+                    f"reschduled request, found type '{type(response).__name__}'."
+                )
+        _mark_rescheduled(requests, rescheduled)
         return [
-            self._from_pb_response(response, request)
-            for response, request in zip(result, requests, strict=True)
+            None if again else self._from_pb_response(response, request)
+            for response, request, again in zip(result, requests, rescheduled, strict=True)
         ]
 
+    def _run_in_background(
+        self, coroutine: Coroutine[Any, Any, Any], requests: Sequence[InferenceRequest]
+    ) -> None:
+        """A decoupled ``async def execute``: the instance goes on while it runs. Its BLS
+        calls do not count as the instance waiting."""
+        bridge = self._bridge.background() if self._bridge is not None else None
+
+        def done(future: concurrent.futures.Future[Any]) -> None:
+            exc = None if future.cancelled() else future.exception()
+            if exc is None:
+                return
+            message = self._failure(exc)
+            log.error("%s", message)
+            # Triton only logs this; ending the requests spares their clients a hang.
+            for request in requests:
+                request.send_threadsafe(InferenceResponse.failed(InternalError(message)), True)
+
+        with self._scope("execute", bridge):
+            self._model_loop().start(coroutine, done)
+
+    def _failure(self, exc: BaseException) -> str:
+        return (
+            f"Failed to process the request(s) for model '{self._spec.name}', "
+            f"message: {type(exc).__name__}: {exc}{_model_frames(exc)}"
+        )
+
     def finalize(self) -> None:
-        finalize = getattr(self._python_model, "finalize", None)
-        if finalize is not None:
-            with self._running:
-                self._run(finalize())
-        if self._async_loop is not None:
-            self._async_loop.close()
+        try:
+            finalize = getattr(self._python_model, "finalize", None)
+            if finalize is not None:
+                with self._scope("finalize"):
+                    self._run(finalize())
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+        self._model.waits.unregister(self._key, self._spec.name)
 
     def _to_pb_request(self, request: InferenceRequest) -> pb_utils.InferenceRequest:
-        inputs = [self._to_pb_tensor(t) for t in request.inputs.values()]
+        gpu = self._model.gpu_inputs
+        inputs = [to_pb_tensor(t, gpu) for t in request.inputs.values()]
+
+        last_sent_ns = time.monotonic_ns()  # a response's work starts after the previous one
+        sent = False
 
         def send(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            nonlocal last_sent_ns, sent
+            output_start_ns = time.monotonic_ns() if response is not None else 0
             core = None if response is None else self._from_pb_response(response, request)
-            request.send_threadsafe(core, final)
+            sent_ns = time.monotonic_ns()
+            timing = ResponseTiming(last_sent_ns, output_start_ns, sent_ns)
+            first = not sent
+            last_sent_ns = sent_ns
+            sent = True
+            request.send_threadsafe(core, final, timing)
+            if first:
+                # The model holds the GIL while it computes its next responses; letting it go
+                # once lets the event loop send the first one now rather than at the
+                # interpreter's next switch (5 ms), or after the whole stream.
+                time.sleep(0)
 
         return pb_utils.InferenceRequest._from_server(
             request_id=request.id,
@@ -260,16 +364,6 @@ class PythonInstance(BackendInstance):
             decoupled=self._model.decoupled,
         )
 
-    def _to_pb_tensor(self, tensor: Tensor) -> pb_utils.Tensor:
-        if (
-            self._model.gpu_inputs
-            and isinstance(tensor, DeviceTensor)
-            and not tensor.on_host
-            and tensor.datatype.wire_name != "BF16"  # DLPack through cupy has no bfloat16
-        ):
-            return pb_utils.Tensor.from_dlpack(tensor.name, tensor.device)
-        return pb_utils.Tensor._from_server(tensor.name, tensor.data, tensor.datatype.wire_name)
-
     def _from_pb_response(self, response: Any, request: InferenceRequest) -> InferenceResponse:
         if not isinstance(response, pb_utils.InferenceResponse):
             return InferenceResponse.failed(
@@ -278,23 +372,25 @@ class PythonInstance(BackendInstance):
                 )
             )
         error = response.error()
-        parameters = json.loads(response.parameters() or "{}")
+        parameters = dict(response._parameters)
         if error is not None:
             return InferenceResponse(
                 parameters=parameters, error=_server_error(error.code(), error.message())
             )
         wanted = set(request.output_names(self._model._output_names))
-        outputs = []
-        for tensor in response.output_tensors():
-            if tensor.name() not in wanted:
-                continue
-            datatype = types.BY_WIRE_NAME[tensor._datatype_wire_name()]
-            if tensor.is_cpu():
-                outputs.append(Tensor(tensor.name(), datatype, tensor._server_array()))
-            else:  # a GPU tensor (from_dlpack): copied to the host, or to a region, later
-                device = tensor._server_device_array(self._staging)
-                outputs.append(DeviceTensor(tensor.name(), datatype, device))
+        wanted.update(self._model.state_outputs)
+        outputs = [
+            from_pb_tensor(tensor, self._staging)
+            for tensor in response.output_tensors()
+            if tensor.name() in wanted
+        ]
         return InferenceResponse(outputs=outputs, parameters=parameters)
+
+
+def _mark_rescheduled(requests: Sequence[InferenceRequest], rescheduled: list[bool]) -> None:
+    """Tell the scheduler which requests the model released with RELEASE_RESCHEDULE."""
+    for request, again in zip(requests, rescheduled, strict=True):
+        request.reschedule = again
 
 
 def model_code_error(exc: BaseException) -> InternalError:
@@ -304,12 +400,24 @@ def model_code_error(exc: BaseException) -> InternalError:
 
 
 def _model_frames(exc: BaseException) -> str:
-    """The model's stack at the error, innermost first, as Triton's stub reports it."""
-    frames = traceback.extract_tb(exc.__traceback__)[1:]  # [0] is this backend's call
+    """The model's stack at the error, innermost first, as Triton's stub reports it (the
+    server's frames and the standard library's, e.g. asyncio's, left out)."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith(_NOT_MODEL_CODE)
+    ]
     if not frames:
         return ""
     lines = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return "\n\nAt:\n" + lines
+
+
+_NOT_MODEL_CODE = (
+    str(Path(__file__).parent) + "/",
+    sysconfig.get_paths()["stdlib"] + "/",
+    "<frozen ",  # importlib's bootstrap, around a model file's import
+)
 
 
 _CODE_BY_PB: dict[int, ErrorCode] = {}

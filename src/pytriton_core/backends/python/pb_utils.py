@@ -27,13 +27,18 @@ Server-facing hooks (private names; the backend and the server drive these, mode
   parameter dict behind ``parameters()``.
 * ``TritonError._from_exception(exc)`` / ``error._to_server_error()``: to and from
   :class:`pytriton_core.errors.ServerError`, keeping the error code.
-* ``set_server_bridge(bridge) -> previous``: the :class:`_ServerBridge` that BLS
-  (``exec``, ``async_exec``), ``load_model``, ``unload_model`` and ``is_model_ready`` call.
-  The bridge reads BLS requests through their accessors plus ``request._model_name``,
+* ``server_context(bridge, phase)``: context manager in which BLS (``exec``,
+  ``async_exec``) and ``load_model``, ``unload_model``, ``is_model_ready`` call ``bridge``
+  (a :class:`ServerBridge`); the backend enters it around ``initialize`` (phase
+  ``"initialize"``: model management only, as in Triton), ``execute`` (``"execute"``) and
+  ``finalize`` (``"finalize"``: neither). It is a context variable, so each model sees the
+  bridge of the server running it, and threads a model starts see none unless the model
+  runs them in a copy of its context (``contextvars.copy_context().run``). The bridge reads
+  BLS requests through their accessors plus ``request._model_name``,
   ``request._model_version`` (-1: latest), ``request._parameters`` (dict) and
   ``request._preferred_memory``. A bridge raises TritonModelException for misuse that must
-  surface in the model (e.g. BLS outside ``execute``); any other exception from ``infer``
-  becomes an error response, as Triton reports failed BLS calls.
+  surface in the model; any other exception from ``infer`` becomes an error response, as
+  Triton reports failed BLS calls.
 * ``model_dir_context(path)``: context manager that sets what ``get_model_dir()`` returns
   (a context variable, so concurrent models in one process each see their own);
   ``ModelContext(path, metrics)`` sets it and the metric registry below together.
@@ -46,15 +51,13 @@ Server-facing hooks (private names; the backend and the server drive these, mode
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import enum
-import functools
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from pytriton_core.backends.python.pb_utils_config import (
@@ -109,6 +112,7 @@ __all__ = [
     "ModelConfig",
     "PreferredMemory",
     "ResponseIterator",
+    "ServerBridge",
     "Tensor",
     "TritonError",
     "TritonModelException",
@@ -403,7 +407,7 @@ class InferenceRequest:
         correlation_id: int | str = 0,
         inputs: Sequence[Tensor] = (),
         requested_output_names: Sequence[str] = (),
-        model_name: str | None = None,
+        model_name: str | bytes | None = None,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -414,6 +418,11 @@ class InferenceRequest:
         """A BLS request for ``model_name`` (required); ``timeout`` is in microseconds."""
         if model_name is None:
             raise TypeError("InferenceRequest() missing required argument: 'model_name'")
+        if isinstance(model_name, bytes):
+            # Triton's bindings take bytes too (a BYTES input's element, as in its examples).
+            model_name = model_name.decode("utf-8")
+        if not isinstance(model_name, str):
+            raise TypeError(f"model_name must be a str, not {type(model_name).__name__}")
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, int | str):
             raise TritonModelException("correlation_id must be an int or a str")
         if isinstance(correlation_id, int) and correlation_id < 0:
@@ -531,10 +540,10 @@ class InferenceRequest:
         Returns the response, or with ``decoupled=True`` an iterator over the responses.
         A failed call comes back as a response holding the error.
         """
-        bridge = _require_bridge("InferenceRequest.exec")
+        bridge = _require_bls()
         if decoupled:
             try:
-                return ResponseIterator(iter(bridge.infer_decoupled(self)))
+                return ResponseIterator(bridge.infer_decoupled(self))
             except TritonModelException:
                 raise
             except Exception as exc:
@@ -548,11 +557,28 @@ class InferenceRequest:
 
     def async_exec(
         self, decoupled: bool = False
-    ) -> asyncio.Future[InferenceResponse | ResponseIterator]:
-        """``exec`` in the running loop's default executor; await the returned future."""
-        loop = asyncio.get_running_loop()
-        context = contextvars.copy_context()
-        return loop.run_in_executor(None, functools.partial(context.run, self.exec, decoupled))
+    ) -> Awaitable[InferenceResponse | ResponseIterator]:
+        """``exec`` without blocking the running event loop: await the result.
+
+        Many calls may be in flight at once (``asyncio.gather``); each is a request to the
+        target's scheduler, not a thread.
+        """
+        bridge = _require_bls()
+        return _awaited(bridge, self, decoupled)
+
+
+async def _awaited(
+    bridge: ServerBridge, request: InferenceRequest, decoupled: bool
+) -> InferenceResponse | ResponseIterator:
+    try:
+        if decoupled:
+            return ResponseIterator(await bridge.infer_decoupled_async(request))
+        return await bridge.infer_async(request)
+    except TritonModelException:
+        raise
+    except Exception as exc:
+        response = _error_response(exc)
+        return ResponseIterator(iter([response])) if decoupled else response
 
 
 def _error_response(exc: BaseException) -> InferenceResponse:
@@ -562,8 +588,8 @@ def _error_response(exc: BaseException) -> InferenceResponse:
 # --------------------------------------------------------------------------- server bridge
 
 
-class _ServerBridge(Protocol):
-    """What BLS and model management call; the server installs one with ``set_server_bridge``.
+class ServerBridge(Protocol):
+    """What BLS and model management call (see ``server_context``).
 
     ``infer_decoupled``'s iterator may have a ``cancel()`` method, which
     ``ResponseIterator.cancel()`` calls.
@@ -571,7 +597,13 @@ class _ServerBridge(Protocol):
 
     def infer(self, request: InferenceRequest) -> InferenceResponse: ...
 
+    def infer_async(self, request: InferenceRequest) -> Awaitable[InferenceResponse]: ...
+
     def infer_decoupled(self, request: InferenceRequest) -> Iterator[InferenceResponse]: ...
+
+    def infer_decoupled_async(
+        self, request: InferenceRequest
+    ) -> Awaitable[Iterator[InferenceResponse]]: ...
 
     def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None: ...
 
@@ -580,22 +612,49 @@ class _ServerBridge(Protocol):
     def is_model_ready(self, name: str, version: int) -> bool: ...
 
 
-_bridge: _ServerBridge | None = None
+_EXECUTE = "execute"
+_INITIALIZE = "initialize"
+_server: contextvars.ContextVar[tuple[ServerBridge, str] | None] = contextvars.ContextVar(
+    "pytriton_core_server", default=None
+)
 
 
-def set_server_bridge(bridge: _ServerBridge | None) -> _ServerBridge | None:
-    """Install the server's bridge (None removes it); returns the previous one."""
-    global _bridge
-    previous, _bridge = _bridge, bridge
-    return previous
+class _ServerScope:
+    """``server_context``'s block (a plain class: it wraps every ``execute``)."""
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, value: tuple[ServerBridge, str] | None) -> None:
+        self._value = value
+        self._token: contextvars.Token[tuple[ServerBridge, str] | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _server.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _server.reset(self._token)
 
 
-def _require_bridge(what: str) -> _ServerBridge:
-    if _bridge is None:
+def server_context(bridge: ServerBridge | None, phase: str) -> _ServerScope:
+    """Route BLS and model management to ``bridge`` inside the block (server hook)."""
+    return _ServerScope(None if bridge is None else (bridge, phase))
+
+
+def _require_bls() -> ServerBridge:
+    current = _server.get()
+    if current is None or current[1] != _EXECUTE:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
+    return current[0]
+
+
+def _require_bridge(what: str) -> ServerBridge:
+    current = _server.get()
+    if current is None or current[1] not in (_EXECUTE, _INITIALIZE):
         raise TritonModelException(
-            f"{what} needs the inference server, and none is attached to this process"
+            f"{what} is only supported during the 'initialize' and 'execute' functions"
         )
-    return _bridge
+    return current[0]
 
 
 def load_model(model_name: str, config: str = "", files: Mapping[str, bytes] | None = None) -> None:

@@ -131,6 +131,8 @@ def decode_infer_request(
     decoded = DecodedInfer(model, request, message.model_name, message.model_version)
     for key, parameter in message.parameters.items():
         value = _parameter_value(parameter)
+        if key in _SEQUENCE_PARAMETERS:
+            value = _sequence_parameter(key, parameter)
         if key == EMPTY_FINAL_RESPONSE:
             if not isinstance(value, bool):
                 raise InvalidArgumentError(f"Unable to parse '{key}', expecting a bool")
@@ -202,6 +204,30 @@ def _parameter_value(parameter: Any) -> object:
     """The Python value of an ``InferParameter`` (None when no member of the oneof is set)."""
     which = parameter.WhichOneof("parameter_choice")
     return None if which is None else getattr(parameter, which)
+
+
+_SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
+_UINT64_MASK = 2**64 - 1
+
+
+def _sequence_parameter(key: str, parameter: Any) -> object:
+    """The sequence parameters in the kinds Triton's gRPC front end accepts: ``sequence_id``
+    an int64 (a negative one read as the uint64 of its bits, as Triton casts it) or a
+    string, ``sequence_start``/``sequence_end`` a bool."""
+    which = parameter.WhichOneof("parameter_choice")
+    if key == "sequence_id":
+        if which == "int64_param":
+            return parameter.int64_param & _UINT64_MASK
+        if which == "string_param":
+            return parameter.string_param
+        raise InvalidArgumentError(
+            "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
+        )
+    if which != "bool_param":
+        raise InvalidArgumentError(
+            f"invalid value type for '{key}' parameter, expected bool_param."
+        )
+    return parameter.bool_param
 
 
 class _ProtoParameters:

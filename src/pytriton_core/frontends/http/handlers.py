@@ -12,7 +12,14 @@ import binascii
 from pytriton_core.config import config_to_json_dict
 from pytriton_core.errors import InternalError, InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http import compression
+from pytriton_core.frontends.http.exchange import current_exchange
+from pytriton_core.frontends.http.generate import add_generate_routes
 from pytriton_core.frontends.http.infer_codec import decode_infer_request, encode_infer_response
+from pytriton_core.frontends.http.infer_stream import (
+    STREAM_PARAMETERS,
+    stream_infer,
+    wants_event_stream,
+)
 from pytriton_core.frontends.http.json_body import parse_json
 from pytriton_core.frontends.http.messages import (
     EMPTY_OK,
@@ -67,7 +74,8 @@ def build_router(service: InferenceService) -> Router:
 
     async def infer(request: Request, match: RouteMatch) -> HttpResponse:
         model = service.model(match.get("model") or "", match.get("version"))
-        if model.spec.decoupled:
+        event_stream = wants_event_stream(request)
+        if model.spec.decoupled and not event_stream:
             raise UnsupportedError(
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
@@ -82,10 +90,14 @@ def build_router(service: InferenceService) -> Router:
             refusal.headers.append((b"Accept-Encoding", exc.accepted))
             return refusal
         header_length = _header_length(request, len(body))
-        decoded = decode_infer_request(model, body, header_length, service)
+        reserved = STREAM_PARAMETERS if event_stream else ()
+        decoded = decode_infer_request(model, body, header_length, service, reserved)
         if forwarded is not None:
             headers = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
             forward_headers(decoded.request, headers, forwarded)
+        if event_stream:
+            return await stream_infer(service, model, decoded)
+        current_exchange().on_client_gone(decoded.request.cancel)
         response = await service.infer(model, decoded.request)
         trace = decoded.request.trace
         if trace is not None:
@@ -158,6 +170,7 @@ def build_router(service: InferenceService) -> Router:
     router.add(_MODEL + r"/config", ApiCategory.MODEL_CONFIG, GET=model_config)
     router.add(_MODEL + r"/stats", ApiCategory.STATISTICS, GET=model_stats)
     router.add(_MODEL + r"/infer", ApiCategory.INFERENCE, POST=infer)
+    add_generate_routes(router, service, _MODEL)
     router.add(_REPOSITORY + r"/index", ApiCategory.MODEL_REPOSITORY, POST=repository_index)
     router.add(
         _REPOSITORY + r"/models/(?P<model>[^/]+)/load",

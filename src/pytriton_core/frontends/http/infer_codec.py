@@ -8,7 +8,7 @@ carries only their name, datatype and shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,8 @@ class DecodedInfer:
     binary_by_default: bool = False
     # Output name -> where it goes, for outputs requested in shared memory.
     shm_outputs: dict[str, ShmOutput] = field(default_factory=dict)
+    # The ``triton_`` request parameters the caller allowed, as sent.
+    reserved: dict[str, Any] = field(default_factory=dict)
 
 
 # Triton reports a malformed infer document as INTERNAL (HTTP 500) in its JSON library's
@@ -78,6 +80,7 @@ _JSON_KIND_ERRORS = {
     },
     **{f"UINT{bits}": _NOT_UNSIGNED for bits in (8, 16, 32, 64)},
 }
+_UINT64_MAX = 2**64 - 1
 
 
 def _unparsable(field: str, detail: str) -> InternalError:
@@ -94,8 +97,11 @@ def _member(entry: Mapping[str, Any], key: str) -> Any:
     return entry[key]
 
 
-def _request_parameters(raw: Any, request: InferenceRequest) -> bool:
-    """Apply the request parameters; returns ``binary_data_output`` (HTTP's own key)."""
+def _request_parameters(
+    raw: Any, request: InferenceRequest, reserved: dict[str, Any], allowed: tuple[str, ...]
+) -> bool:
+    """Apply the request parameters, keeping the ``allowed`` reserved ones in ``reserved``;
+    returns ``binary_data_output`` (HTTP's own key)."""
     if raw is None:
         return False
     if not isinstance(raw, dict):
@@ -107,12 +113,20 @@ def _request_parameters(raw: Any, request: InferenceRequest) -> bool:
                 raise _unparsable(key, _NOT_BOOL)
         elif key in ("priority", "timeout") and not _is_unsigned(value):
             raise _unparsable(key, _NOT_UNSIGNED)
+        elif key == "sequence_id":
+            # A uint64 or a string; Triton reads anything else as a string, and fails.
+            if not (isinstance(value, str) or (_is_unsigned(value) and value <= _UINT64_MAX)):
+                raise _unparsable(key, _NOT_STRING)
+            apply_request_parameter(request, key, value)
+            continue
         if key == "binary_data_output":
             binary_data_output = value
             continue
         if isinstance(value, int) and not isinstance(value, bool) and value > INT64_MAX:
             value = float(value)  # as Triton's JSON reader hands it on: beyond int64, a double
-        apply_request_parameter(request, key, value)
+        apply_request_parameter(request, key, value, allowed_reserved=allowed)
+        if key in allowed:
+            reserved[key] = value
     return binary_data_output
 
 
@@ -230,13 +244,21 @@ def _input_tensor(
         if not _is_unsigned(size):
             raise _unparsable("binary_data_size", _NOT_UNSIGNED)
         return Tensor(name, datatype, binary.take(name, size, datatype, shape, request_id))
+    return Tensor(name, datatype, json_input_array(name, datatype, entry["data"], shape))
+
+
+def json_input_array(
+    name: str, datatype: types.DataType, data: object, shape: Sequence[int]
+) -> np.ndarray:
+    """An input's JSON data as an array of ``shape``, refused in Triton's words (the infer
+    and the generate extension read JSON tensors alike)."""
     if datatype.wire_name in ("FP16", "BF16"):
         raise InvalidArgumentError(
             f"receiving {datatype.wire_name} data via JSON is not supported. Please use the "
             f"binary data format for input {name}"
         )
     try:
-        array = array_from_json_data(entry["data"], datatype.wire_name, tuple(shape))
+        return array_from_json_data(data, datatype.wire_name, tuple(shape))
     except TypeError:
         if datatype.is_bytes:
             raise InternalError(f"Unable to parse JSON bytes array: {_NOT_STRING}") from None
@@ -248,7 +270,6 @@ def _input_tensor(
             raise _unparsable("data", _NOT_UNSIGNED) from None
         # Out-of-range integers: Triton wraps them silently; this server refuses them.
         raise InvalidArgumentError(f"Unable to parse 'data': {exc}") from None
-    return Tensor(name, datatype, array)
 
 
 def _requested_outputs(raw: Any, decoded: DecodedInfer, service: InferenceService) -> None:
@@ -285,11 +306,13 @@ def decode_infer_request(
     body: Buffer,
     header_length: int | None,
     service: InferenceService,
+    allowed_reserved: tuple[str, ...] = (),
 ) -> DecodedInfer:
     """Parse an infer body into a core request (the caller validates it against the model).
 
     Inputs and outputs in shared memory are resolved by ``service``: inputs become views of
-    their regions, outputs' ranges are checked.
+    their regions, outputs' ranges are checked. ``allowed_reserved``: the ``triton_``
+    parameters the caller acts on (kept in ``DecodedInfer.reserved``).
     """
     request = InferenceRequest(model_name=model.name, model_version=model.version)
     if header_length == 0:
@@ -314,7 +337,9 @@ def decode_infer_request(
         raise InvalidArgumentError("Unable to parse 'id': expecting a string")
     request.id = request_id
     decoded = DecodedInfer(request)
-    decoded.binary_by_default = _request_parameters(document.get("parameters"), request)
+    decoded.binary_by_default = _request_parameters(
+        document.get("parameters"), request, decoded.reserved, allowed_reserved
+    )
     inputs = _member(document, "inputs")
     if not isinstance(inputs, list):
         raise _unparsable("inputs", _NOT_ARRAY)
@@ -403,11 +428,11 @@ def encode_infer_response(
             if len(blob):
                 blobs.append(blob)
         else:
-            entry["data"] = data = _json_data(tensor)
-            non_finite = non_finite or isinstance(data, _NonFinite)
+            entry["data"] = data = json_output_data(tensor)
+            non_finite = non_finite or isinstance(data, NonFiniteData)
         outputs.append(entry)
     document["outputs"] = outputs
-    header = _dumps(document, non_finite)
+    header = dumps_json(document, non_finite)
     if not blobs:
         return HttpResponse(200, (header,), JSON)
     return HttpResponse(
@@ -418,7 +443,9 @@ def encode_infer_response(
     )
 
 
-def _json_data(tensor: Tensor) -> Any:
+def json_output_data(tensor: Tensor) -> Any:
+    """An output's data for JSON, flat in C order (a ``NonFiniteData`` for floats holding
+    NaN or infinities); a ServerError for data JSON cannot carry."""
     wire = tensor.datatype.wire_name
     if wire in ("FP16", "BF16"):
         raise InvalidArgumentError(
@@ -438,12 +465,12 @@ def _json_data(tensor: Tensor) -> Any:
         # Triton writes each float32 as the double it converts to (0.1 -> 0.10000000149...).
         data = data.astype(np.float64)
     if data.dtype.kind == "f" and not np.isfinite(data).all():
-        return _NonFinite(data)
+        return NonFiniteData(data)
     # orjson writes C-contiguous numpy arrays natively, without Python objects.
     return data
 
 
-class _NonFinite:
+class NonFiniteData:
     """Float data with NaN/Infinity, which Triton writes as those bare words (not JSON)."""
 
     MARK = "\x00nonfinite\x00"
@@ -460,16 +487,17 @@ class _NonFinite:
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
-def _dumps(document: dict[str, Any], non_finite: bool) -> bytes:
+def dumps_json(document: dict[str, Any], non_finite: bool) -> bytes:
+    """``document`` as JSON bytes; ``non_finite``: it holds ``NonFiniteData`` somewhere."""
     if not non_finite:
         return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
     header = orjson.dumps(
         document,
         option=orjson.OPT_SERIALIZE_NUMPY,
-        default=lambda value: value.values() if isinstance(value, _NonFinite) else None,
+        default=lambda value: value.values() if isinstance(value, NonFiniteData) else None,
     )
     for word in _NON_FINITE.values():
-        marked = orjson.dumps(f"{_NonFinite.MARK}{word}")
+        marked = orjson.dumps(f"{NonFiniteData.MARK}{word}")
         header = header.replace(marked, word.encode())
     return header
 

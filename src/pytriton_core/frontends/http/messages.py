@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
 from pytriton_core.errors import ServerError
+
+if TYPE_CHECKING:
+    from pytriton_core.frontends.http.streaming import ResponseStream
 
 JSON = b"application/json"
 Buffer = bytes | bytearray | memoryview
@@ -22,6 +26,8 @@ class HttpResponse:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     # Called with (send start, send end) monotonic ns once written (request tracing).
     on_sent: Callable[[int, int], None] | None = None
+    # A body sent as it comes, in chunks (server-sent events); ``body`` is then unused.
+    stream: ResponseStream | None = None
 
     @property
     def content_length(self) -> int:

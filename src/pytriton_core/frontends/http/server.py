@@ -1,20 +1,32 @@
 """The HTTP front end: an asyncio protocol over httptools and the compiled framing.
 
 One request is handled at a time per connection (HTTP/1.1 pipelining answers in order);
-connections run concurrently. Responses are written as a list of buffers.
+connections run concurrently. Responses are written as a list of buffers; a streamed one
+(server-sent events) in chunks, as it comes.
 
 Flow control, both ways: a connection stops being read while it has more than
 ``--http-max-pipelined-requests`` (or ``_MAX_PENDING_BYTES`` of bodies) waiting, and while its
 transport holds more unsent answer bytes than its high-water mark (``pause_writing``): a
 client that pipelines and reads nothing gets no further request decoded, run or answered
-until it reads. ``Upgrade`` offers (h2c, websocket) are ignored and answered in HTTP/1.1; a
-client that half-closes after its requests gets their answers, then the connection closes.
+until it reads, and a streamed answer waits (``drained``) before writing more. ``Upgrade``
+offers (h2c, websocket) are ignored and answered in HTTP/1.1; a client that half-closes
+after its requests gets their answers, then the connection closes.
 
 The other per-client limits (``LimitOptions``): connections past ``--http-max-connections``
 are answered 503 and closed at once; a request whose bytes take longer than
 ``--http-request-timeout`` to arrive is answered 408 (``reaper.py`` looks once a second, so
 no request pays for a timer); head and body sizes are bounded by the compiled framing.
 With ``--http-use-ssl`` the listener speaks TLS (``tls.py``).
+
+The client going away cancels what it asked for: each request's handler sees an
+``Exchange`` (``frontends/http/exchange.py``) that is marked gone when the connection is
+lost. A client that closes its socket is seen as an EOF, which is also what a client that
+only half-closes (``shutdown(SHUT_WR)``) and still reads sends; while an exchange waits to
+know, the connection writes a harmless probe (an interim ``100 Continue`` before the
+answer's head, an event-stream comment inside a stream) and watches the socket's error: a
+closed client answers the probe with a reset, a half-closed one reads it and stays.
+
+A connection left idle between requests for ``idle_timeout_s`` is closed.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import logging
 import socket
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -37,10 +50,17 @@ from pytriton_core._native.http_framing import (
     framing_error,
 )
 from pytriton_core.errors import ServerError, UnavailableError
+from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE, Exchange
 from pytriton_core.frontends.http.handlers import build_router
-from pytriton_core.frontends.http.messages import HttpResponse, error_response, plain_error
+from pytriton_core.frontends.http.messages import (
+    Buffer,
+    HttpResponse,
+    error_response,
+    plain_error,
+)
 from pytriton_core.frontends.http.reaper import expire_slow_requests
 from pytriton_core.frontends.http.router import Router
+from pytriton_core.frontends.http.streaming import SSE_COMMENT, write_stream
 from pytriton_core.frontends.http.timing import RECEIVED
 from pytriton_core.frontends.http.tls import CertificateReloader
 from pytriton_core.options import LimitOptions
@@ -49,6 +69,11 @@ from pytriton_core.service import InferenceService
 log = logging.getLogger(__name__)
 
 _MAX_PENDING_BYTES = 64 << 20  # stop reading from a client that queues more body bytes
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_PROBED_COMMENT = b"%x\r\n%s\r\n" % (len(SSE_COMMENT), SSE_COMMENT)
+# How often a probed connection's socket is checked: soon, then less often.
+_PEER_CHECK_FIRST_S = 0.002
+_PEER_CHECK_MAX_S = 0.05
 
 # --log-verbose=1 logs each request as Triton does, its method as libevhtp numbers it.
 _METHOD_CODES = {"GET": 0, "HEAD": 1, "POST": 2, "PUT": 3, "DELETE": 4, "OPTIONS": 8, "PATCH": 15}
@@ -77,11 +102,14 @@ class HttpFrontend:
         options = self._service.options
         max_body = options.http_max_input_size
         limits = options.limits
+        idle_timeout = options.http_keepalive_timeout_s or None
         if options.http_tls.enabled:
             self.certificates = CertificateReloader(options.http_tls)
         try:
             self._server = await loop.create_server(
-                lambda: HttpProtocol(self._router, max_body, self._connections, limits),
+                lambda: HttpProtocol(
+                    self._router, max_body, self._connections, limits, idle_timeout
+                ),
                 host,
                 port,
                 reuse_address=True,
@@ -126,6 +154,7 @@ class HttpProtocol(asyncio.Protocol):
         max_body_size: int,
         registry: set[HttpProtocol],
         limits: LimitOptions | None = None,
+        idle_timeout_s: float | None = None,
     ) -> None:
         self._router = router
         self._registry = registry
@@ -145,6 +174,16 @@ class HttpProtocol(asyncio.Protocol):
         self._write_paused = False  # the transport's buffer is above its high-water mark
         self._eof = False  # the client half-closed: answer what came, then close
         self._closing = False
+        # The request being answered: its exchange, its HTTP version, and whether the
+        # answer's head has gone out (a probe must then be a stream comment).
+        self._exchange: Exchange | None = None
+        self._http11 = True
+        self._head_sent = False
+        self._streaming = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._idle_timeout_s = idle_timeout_s
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._peer_check: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ asyncio
 
@@ -167,13 +206,18 @@ class HttpProtocol(asyncio.Protocol):
             )
             return
         self._registry.add(self)
+        self._arm_idle_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
         self._transport = None
         self._pending.clear()
         self._pending_bytes = 0
-        self._assembler.detach()
+        self._assembler.detach()  # a half-received body goes with the connection
+        self._cancel_timers()
+        self._wake_writer()
+        if self._exchange is not None:
+            self._exchange.mark_client_gone()
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -181,16 +225,21 @@ class HttpProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._wake_writer()  # a streamed answer goes on
         self._update_reading()
         self._start_next()
 
     def eof_received(self) -> bool:
         """The client sent all it will: keep the transport open to answer (True) unless
-        nothing is left to answer."""
+        nothing is left to answer. If someone waits to know whether the client is still
+        there (an inference), probe it."""
         self._eof = True
+        if self._exchange is not None and self._exchange.watched:
+            self._probe_peer()
         return self._busy or bool(self._pending)
 
     def data_received(self, data: bytes) -> None:
+        self._disarm_idle_timer()
         if self._broken:
             return
         now = time.monotonic_ns()
@@ -287,8 +336,10 @@ class HttpProtocol(asyncio.Protocol):
         if self._busy or self._write_paused:
             return
         if not self._pending:
-            if self._eof and self._transport is not None:
-                self._transport.close()  # half-closed, and everything is answered
+            if self._eof:
+                self._close_transport()  # half-closed, and everything is answered
+            elif not self._receiving_since:
+                self._arm_idle_timer()
             return
         item, received_start, received_end = self._pending.popleft()
         if isinstance(item, _BrokenStream):
@@ -305,6 +356,10 @@ class HttpProtocol(asyncio.Protocol):
         if log.isEnabledFor(logging.DEBUG):
             code = _METHOD_CODES.get(request.method, -1)
             log.debug("HTTP request: %d %s", code, request.path)
+        exchange = self._exchange = Exchange()
+        CURRENT_EXCHANGE.set(exchange)
+        self._http11 = request.http_version == "1.1"
+        self._head_sent = False
         try:
             response = await self._router.dispatch(request)
         except ServerError as exc:
@@ -312,22 +367,132 @@ class HttpProtocol(asyncio.Protocol):
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.path)
             response = plain_error(500, "internal server error")
-        self._write(response, request.keep_alive and not self._closing)
+        keep_alive = request.keep_alive and not self._closing
+        if response.stream is None:
+            self._write(response, keep_alive)
+        else:
+            await self._write_streamed(response, keep_alive)
+        exchange.finish()
+        self._exchange = None
+        self._stop_peer_checks()
         self._busy = False
         self._update_reading()
         self._start_next()
+
+    async def _write_streamed(self, response: HttpResponse, keep_alive: bool) -> None:
+        stream = response.stream
+        assert stream is not None
+        if not self.write_buffers((self._head(response, keep_alive, chunked=True),)):
+            stream.abandon()
+            return
+        self._head_sent = self._streaming = True
+        try:
+            completed = await write_stream(self, stream)
+        finally:
+            self._streaming = False
+        if not completed or not keep_alive or self._closing:  # the server stops meanwhile
+            self._close_transport()
+
+    # The sink write_stream writes to.
+    def write_buffers(self, buffers: Sequence[Buffer]) -> bool:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.writelines(buffers)
+        return True
+
+    async def drained(self) -> None:
+        while self._write_paused and self._transport is not None:
+            self._drain_waiter = asyncio.get_running_loop().create_future()
+            await self._drain_waiter
+
+    def _wake_writer(self) -> None:
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _head(self, response: HttpResponse, keep_alive: bool, *, chunked: bool = False) -> bytes:
+        return build_response_head(
+            response.status,
+            response.content_type,
+            None if chunked else response.content_length,
+            keep_alive,
+            response.headers,
+        )
+
+    def _close_transport(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    # ------------------------------------------------------- the client's presence
+
+    def _probe_peer(self) -> None:
+        """Write what a client that still reads skips, then watch for its reset."""
+        if self._peer_check is not None or self._transport is None:
+            return
+        if self._streaming:
+            probe = _PROBED_COMMENT
+        elif not self._head_sent and self._http11:
+            probe = _CONTINUE
+        else:  # HTTP/1.0 allows no interim answer: its EOF is the client leaving
+            assert self._exchange is not None
+            self._exchange.mark_client_gone()
+            return
+        self._transport.write(probe)
+        self._peer_check = asyncio.get_running_loop().call_later(
+            _PEER_CHECK_FIRST_S, self._check_peer, _PEER_CHECK_FIRST_S
+        )
+
+    def _check_peer(self, interval: float) -> None:
+        self._peer_check = None
+        transport = self._transport
+        if transport is None or self._exchange is None:
+            return
+        sock = transport.get_extra_info("socket")
+        error = 0 if sock is None else sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if error:  # the client reset the connection: it is gone
+            self._exchange.mark_client_gone()
+            transport.abort()
+            return
+        interval = min(interval * 2, _PEER_CHECK_MAX_S)
+        self._peer_check = asyncio.get_running_loop().call_later(
+            interval, self._check_peer, interval
+        )
+
+    def _stop_peer_checks(self) -> None:
+        if self._peer_check is not None:
+            self._peer_check.cancel()
+            self._peer_check = None
+
+    # ------------------------------------------------------------ idle connections
+
+    def _arm_idle_timer(self) -> None:
+        if self._idle_timeout_s is None or self._transport is None or self._idle_timer:
+            return
+        self._idle_timer = asyncio.get_running_loop().call_later(
+            self._idle_timeout_s, self._close_idle
+        )
+
+    def _disarm_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _close_idle(self) -> None:
+        self._idle_timer = None
+        if not self._busy and not self._pending and not self._receiving_since:
+            log.debug("closing an HTTP connection idle for %s s", self._idle_timeout_s)
+            self._close_transport()
+
+    def _cancel_timers(self) -> None:
+        self._disarm_idle_timer()
+        self._stop_peer_checks()
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        head = build_response_head(
-            response.status,
-            response.content_type,
-            response.content_length,
-            keep_alive,
-            response.headers,
-        )
+        head = self._head(response, keep_alive)
         send_start = time.monotonic_ns() if response.on_sent is not None else 0
         transport.writelines((head, *response.body))
         if response.on_sent is not None:

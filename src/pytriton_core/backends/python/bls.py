@@ -1,0 +1,356 @@
+"""BLS: Python models calling models (``pb_utils.InferenceRequest.exec`` and friends).
+
+A ``BlsBridge`` serves one Python model instance: a BLS request becomes a server request
+(its tensors shared, not copied) submitted through ``ServerCalls`` to the target model's
+own scheduler, and its responses come back as ``pb_utils`` responses over the same arrays.
+``exec`` blocks the calling thread until the answer; ``async_exec`` awaits it on the
+model's event loop without a thread per call, so many calls overlap.
+
+A call that could never be served fails at once instead of hanging: ``InstanceWaits``
+knows which Python-model instances are blocked waiting for BLS answers, and refuses a call
+to a model none of whose instances can get free (say, a model calling itself from its only
+instance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from pytriton_core.backends.base import ServerCalls
+from pytriton_core.backends.python import pb_utils
+from pytriton_core.backends.python.convert import from_pb_tensor, to_pb_tensor
+from pytriton_core.errors import InternalError, ServerError, UnavailableError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.memory.pinned import StagingPool
+
+ModelKey = tuple[str, int]  # a model version: (name, version)
+
+
+class InstanceWaits:
+    """Which Python-model instances wait on BLS answers, and from which models.
+
+    One per server. A model none of whose instances is tracked here (any other backend)
+    always gets free: its instances never wait on BLS.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._instances: dict[ModelKey, dict[str, Counter[ModelKey]]] = {}
+
+    def register(self, model: ModelKey, instance: str) -> None:
+        with self._lock:
+            self._instances.setdefault(model, {})[instance] = Counter()
+
+    def unregister(self, model: ModelKey, instance: str) -> None:
+        with self._lock:
+            instances = self._instances.get(model, {})
+            instances.pop(instance, None)
+            if not instances:
+                self._instances.pop(model, None)
+
+    def begin(self, model: ModelKey, instance: str, target: ModelKey) -> bool:
+        """Record that ``instance`` of ``model`` waits on ``target``; False (and nothing
+        recorded) when no instance of ``target`` could ever get free to answer."""
+        with self._lock:
+            waits = self._instances.get(model, {}).get(instance)
+            if waits is None:
+                return True
+            waits[target] += 1
+            if not self._can_get_free(target, set()):
+                self._release(waits, target)
+                return False
+            return True
+
+    def end(self, model: ModelKey, instance: str, target: ModelKey) -> None:
+        with self._lock:
+            waits = self._instances.get(model, {}).get(instance)
+            if waits is not None:
+                self._release(waits, target)
+
+    @staticmethod
+    def _release(waits: Counter[ModelKey], target: ModelKey) -> None:
+        waits[target] -= 1
+        if waits[target] <= 0:
+            del waits[target]
+
+    def _can_get_free(self, model: ModelKey, path: set[ModelKey]) -> bool:
+        """Whether some instance of ``model`` is free or waits only on models that can
+        answer (``path``: the models whose answer this depends on already)."""
+        instances = self._instances.get(model)
+        if instances is None:
+            return True
+        if model in path:
+            return False
+        path.add(model)
+        try:
+            return any(
+                all(self._can_get_free(target, path) for target in waits)
+                for waits in instances.values()
+            )
+        finally:
+            path.discard(model)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The model instance a bridge serves."""
+
+    model: ModelKey
+    instance: str  # its name, e.g. "bls_0_0"
+
+
+class _Answers:
+    """The responses of one BLS request, from the server's loop to whoever waits.
+
+    A blocking caller takes them from a queue; an awaiting caller (``awaiting``) is woken on
+    its own loop once it can go on: at the final response, or at the first one of a stream.
+    """
+
+    def __init__(self, awaiting: asyncio.Future[None] | None = None, stream: bool = False):
+        self._queue: queue.SimpleQueue[InferenceResponse | None] = queue.SimpleQueue()
+        self._awaiting = awaiting
+        self._stream = stream
+        self.request: InferenceRequest | None = None
+
+    def respond(self, response: InferenceResponse | None, final: bool) -> None:
+        if response is not None:
+            self._queue.put(response)
+        if final:
+            self._queue.put(None)
+        awaiting = self._awaiting
+        if awaiting is not None and (final or self._stream):
+            self._awaiting = None
+            awaiting.get_loop().call_soon_threadsafe(_resolve, awaiting)
+
+    def arrived(self) -> bool:
+        """Whether ``next`` would return at once."""
+        return not self._queue.empty()
+
+    def next(self) -> InferenceResponse | None:
+        """The next response, waiting for it; None once the final one has been taken."""
+        response = self._queue.get()
+        if response is None:
+            self._queue.put(None)  # stays at the end for a later call
+        return response
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class BlsBridge:
+    """``pb_utils.ServerBridge`` for one instance (see the module docstring).
+
+    ``holds_instance``: whether the caller keeps its instance busy while it waits (false
+    for a decoupled model's ``async def execute``, which runs in the background).
+    """
+
+    def __init__(
+        self,
+        calls: ServerCalls,
+        waits: InstanceWaits,
+        caller: Caller,
+        staging: StagingPool | None,
+        holds_instance: bool = True,
+    ) -> None:
+        self._calls = calls
+        self._waits = waits
+        self._caller = caller
+        self._staging = staging
+        self._holds_instance = holds_instance
+
+    def background(self) -> BlsBridge:
+        """The bridge for work that does not keep the instance busy."""
+        return BlsBridge(self._calls, self._waits, self._caller, self._staging, False)
+
+    # ---------------------------------------------------------------- inference
+
+    def infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
+        answers, target = self._send(request, _Answers())
+        try:
+            response = answers.next()
+        finally:
+            self.end_wait(target)
+        return self._single(request, response)
+
+    def infer_decoupled(
+        self, request: pb_utils.InferenceRequest
+    ) -> Iterator[pb_utils.InferenceResponse]:
+        answers, target = self._send(request, _Answers(stream=True), decoupled=True)
+        self.end_wait(target)  # the stream counts as waiting while it is read
+        return _ResponseStream(self, answers, target, request)
+
+    async def infer_async(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
+        answered = asyncio.get_running_loop().create_future()
+        answers, target = self._send(request, _Answers(answered))
+        try:
+            await answered
+        finally:
+            self.end_wait(target)
+        return self._single(request, answers.next())
+
+    async def infer_decoupled_async(
+        self, request: pb_utils.InferenceRequest
+    ) -> Iterator[pb_utils.InferenceResponse]:
+        first = asyncio.get_running_loop().create_future()
+        answers, target = self._send(request, _Answers(first, stream=True), decoupled=True)
+        try:
+            await first
+        finally:
+            self.end_wait(target)
+        return _ResponseStream(self, answers, target, request)
+
+    # ---------------------------------------------------------- model management
+
+    def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
+        self._calls.load_model(name, config, files)
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        self._calls.unload_model(name, unload_dependents)
+
+    def is_model_ready(self, name: str, version: int) -> bool:
+        return self._calls.is_model_ready(name, version)
+
+    # ----------------------------------------------------------------- internals
+
+    def _send(
+        self, request: pb_utils.InferenceRequest, answers: _Answers, decoupled: bool = False
+    ) -> tuple[_Answers, ModelKey]:
+        """Submit the request, counting the caller as waiting on the target until
+        ``_end_wait``; raises what makes ``exec`` answer with an error."""
+        name = request._model_name
+        try:
+            spec = self._calls.model_spec(name, request._model_version)
+        except ServerError:
+            raise InternalError(
+                _failed(
+                    name,
+                    f"Failed for execute the inference request. Model '{name}' is not ready.",
+                )
+            ) from None
+        if spec.decoupled and not decoupled:
+            raise InternalError(
+                f"Model {name} is using the decoupled. The current BLS request call doesn't "
+                "support models using the decoupled transaction policy. Please use "
+                "'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled "
+                "models.'"
+            )
+        target = (spec.name, spec.version)
+        requested = request.requested_output_names()
+        core = InferenceRequest(
+            model_name=name,
+            model_version=request._model_version,
+            id=request.request_id(),
+            inputs={t.name(): from_pb_tensor(t, self._staging) for t in request.inputs()},
+            requested_outputs={n: RequestedOutput(n) for n in requested} if requested else None,
+            parameters=dict(request._parameters),
+            timeout_us=request.timeout(),
+            correlation_id=request.correlation_id(),
+            flags=request.flags(),
+            on_response=answers.respond,
+        )
+        answers.request = core
+
+        def refused(error: ServerError) -> None:
+            failure = ServerError.from_code(error.code, _failed(name, error.message))
+            answers.respond(InferenceResponse.failed(failure), True)
+
+        self.begin_wait(target, name)  # refuses a call that could never be answered
+        try:
+            self._calls.submit(core, refused)
+        except BaseException:
+            self.end_wait(target)
+            raise
+        return answers, target
+
+    def _single(
+        self, request: pb_utils.InferenceRequest, response: InferenceResponse | None
+    ) -> pb_utils.InferenceResponse:
+        if response is None:
+            response = InferenceResponse.failed(
+                InternalError(_failed(request._model_name, "no response was received"))
+            )
+        return self.to_pb(request, response)
+
+    def to_pb(
+        self, request: pb_utils.InferenceRequest, response: InferenceResponse
+    ) -> pb_utils.InferenceResponse:
+        if response.error is not None:
+            error = pb_utils.TritonError._from_exception(response.error)
+            return pb_utils.InferenceResponse._from_server([], error, dict(response.parameters))
+        # A GPU output stays on its device unless the caller asked for host memory.
+        memory = request._preferred_memory._memory_type
+        gpu = memory is not pb_utils.TRITONSERVER_MEMORY_CPU
+        outputs = [to_pb_tensor(t, gpu) for t in response.outputs]
+        return pb_utils.InferenceResponse._from_server(outputs, None, dict(response.parameters))
+
+    def begin_wait(self, target: ModelKey, name: str) -> None:
+        if not self._holds_instance:
+            return
+        caller = self._caller
+        if not self._waits.begin(caller.model, caller.instance, target):
+            raise UnavailableError(
+                _failed(
+                    name,
+                    f"deadlock: instance '{caller.instance}' of model '{caller.model[0]}' "
+                    f"would wait forever, since no instance of model '{target[0]}' can get "
+                    "free to run this request (each one is waiting on BLS responses that "
+                    "depend on it). Give the model more instances or break the cycle of "
+                    "calls.",
+                )
+            )
+
+    def end_wait(self, target: ModelKey) -> None:
+        if self._holds_instance:
+            self._waits.end(self._caller.model, self._caller.instance, target)
+
+
+class _ResponseStream:
+    """The responses of a decoupled BLS call, for ``pb_utils.ResponseIterator``."""
+
+    def __init__(
+        self,
+        bridge: BlsBridge,
+        answers: _Answers,
+        target: ModelKey,
+        request: pb_utils.InferenceRequest,
+    ) -> None:
+        self._bridge = bridge
+        self._answers = answers
+        self._target = target
+        self._request = request
+
+    def __iter__(self) -> _ResponseStream:
+        return self
+
+    def __next__(self) -> pb_utils.InferenceResponse:
+        if self._answers.arrived():
+            response = self._answers.next()
+        else:
+            # Blocking on the stream keeps the instance waiting: a deadlock is refused.
+            self._bridge.begin_wait(self._target, self._request._model_name)
+            try:
+                response = self._answers.next()
+            finally:
+                self._bridge.end_wait(self._target)
+        if response is None:
+            raise StopIteration
+        return self._bridge.to_pb(self._request, response)
+
+    def cancel(self) -> None:
+        """Ask the called model to stop (``request.is_cancelled()`` turns true there)."""
+        request = self._answers.request
+        if request is not None:
+            request.cancel_threadsafe()
+
+
+def _failed(model: str, detail: str) -> str:
+    """Triton's prefix for a BLS request that could not run."""
+    return f"Model {model} - Error when running inference: {detail}"

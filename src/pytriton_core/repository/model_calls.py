@@ -1,0 +1,83 @@
+"""The server as model code calls it (``backends.base.ServerCalls``), in process.
+
+A BLS request from a Python model is a function call into the target model's scheduler:
+no socket, no serialization, no copy of tensor data. Model code runs on instance threads
+(or a model's own event loop); requests and model management are handed to the server's
+loop, where models are looked up and submitted to as for a request from a front end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pytriton_core.config.spec import ModelSpec
+from pytriton_core.errors import InternalError, ServerError, UnavailableError
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.options import ModelControlMode, ServerOptions
+
+if TYPE_CHECKING:
+    from pytriton_core.repository.manager import ModelManager
+
+_T = TypeVar("_T")
+
+# The repository extension's refusal outside explicit mode (Triton's message).
+EXPLICIT_ONLY = "explicit model load / unload is not allowed if polling is enabled"
+
+
+class InProcessCalls:
+    """``ServerCalls`` over a repository manager and its event loop."""
+
+    def __init__(
+        self, manager: ModelManager, loop: asyncio.AbstractEventLoop, options: ServerOptions
+    ) -> None:
+        self._manager = manager
+        self._loop = loop
+        self._options = options
+
+    def model_spec(self, name: str, version: int) -> ModelSpec:
+        # Reads of the manager's tables, safe from another thread: a model's version table
+        # is replaced when it changes, never changed in place.
+        return self._manager.get(name, version).spec
+
+    def is_model_ready(self, name: str, version: int) -> bool:
+        try:
+            self._manager.get(name, version)
+        except ServerError:
+            return False
+        return True
+
+    def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
+        def submit_on_loop() -> None:
+            try:
+                self._manager.get(request.model_name, request.model_version).submit(request)
+            except ServerError as exc:
+                refused(exc)
+
+        self._loop.call_soon_threadsafe(submit_on_loop)
+
+    def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+        self._require_explicit_mode()
+        self._run(self._manager.load(name, config_json or None, files or None))
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        self._require_explicit_mode()
+        self._run(self._manager.unload(name, unload_dependents))
+
+    def _require_explicit_mode(self) -> None:
+        if self._options.model_control_mode is not ModelControlMode.EXPLICIT:
+            raise UnavailableError(EXPLICIT_ONLY)
+
+    def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        if _on_loop(self._loop):
+            work.close()
+            raise InternalError("model management cannot wait on the server's own event loop")
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop runs in this thread
+        return False

@@ -1,0 +1,448 @@
+"""BLS end to end: Python models calling models through the server, with the real
+tritonclient (HTTP and gRPC).
+
+The server runs in explicit model-control mode over a repository this module writes; the
+tests load what they use. Covered: ``exec`` (the target named by the request), errors of the
+called model reaching the caller, ``async_exec`` (ten calls in flight at once, which the
+target only answers once all ten have arrived), ``exec(decoupled=True)`` with 0, 1 and 100
+responses and ``cancel()``, ``load_model``/``unload_model``/``is_model_ready`` from a model,
+and a model calling itself with no free instance (an error, not a hang).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from harness import ServerHandle, run_pytriton_server
+from pipeline_models import ADD_SUB, ADD_SUB_CONFIG, REPEAT, REPEAT_CONFIG, parameter, write_python
+from tritonclient.utils import InferenceServerException
+
+# Runs INPUT0/INPUT1 on the model named by the request parameter "target" and answers with
+# its outputs, or with its error (code kept) when the call failed.
+CALLER = """
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            target = json.loads(request.parameters())["target"]
+            call = pb_utils.InferenceRequest(
+                model_name=target,
+                requested_output_names=["OUTPUT0", "OUTPUT1"],
+                inputs=[
+                    pb_utils.get_input_tensor_by_name(request, "INPUT0"),
+                    pb_utils.get_input_tensor_by_name(request, "INPUT1"),
+                ],
+                request_id=request.request_id(),
+            )
+            answer = call.exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=answer.error()))
+            else:
+                responses.append(pb_utils.InferenceResponse(answer.output_tensors()))
+        return responses
+"""
+
+RAISING = """
+class TritonPythonModel:
+    def execute(self, requests):
+        raise ValueError("boom")
+"""
+
+# Default mode, async: ten async_exec calls to "rendezvous" at once; SEEN holds, per call,
+# how many calls the target had received when it answered.
+GATHER = """
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            calls = [
+                pb_utils.InferenceRequest(
+                    model_name="rendezvous", requested_output_names=["SEEN"], inputs=[x]
+                ).async_exec(decoupled=True)
+                for _ in range(10)
+            ]
+            seen = []
+            for stream in await asyncio.gather(*calls):
+                for answer in stream:
+                    if answer.has_error():
+                        raise pb_utils.TritonModelException(answer.error().message())
+                    out = pb_utils.get_output_tensor_by_name(answer, "SEEN")
+                    seen.append(int(out.as_numpy()[0]))
+            responses.append(
+                pb_utils.InferenceResponse([pb_utils.Tensor("SEEN", np.array(seen, np.int32))])
+            )
+        return responses
+"""
+
+# Decoupled, async: each request waits (up to 30 s) until ten requests have arrived, then
+# answers with how many had arrived. Only concurrent executes can all see ten.
+RENDEZVOUS = """
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+_arrived = [0]
+_all_here = None
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        global _all_here
+        if _all_here is None:
+            _all_here = asyncio.Event()
+        for request in requests:
+            _arrived[0] += 1
+            if _arrived[0] >= 10:
+                _all_here.set()
+            try:
+                await asyncio.wait_for(_all_here.wait(), 30)
+            except asyncio.TimeoutError:
+                pass
+            sender = request.get_response_sender()
+            seen = np.array([_arrived[0]], np.int32)
+            sender.send(
+                pb_utils.InferenceResponse([pb_utils.Tensor("SEEN", seen)]),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+"""
+
+# exec(decoupled=True) on "repeat": RESPONSES = how many came back, TOTAL = their Y summed.
+# With the parameter "cancel_after" = n, reads n responses from "forever", cancels, drains.
+COUNTER = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            parameters = json.loads(request.parameters())
+            cancel_after = parameters.get("cancel_after", -1)
+            call = pb_utils.InferenceRequest(
+                model_name="forever" if cancel_after >= 0 else "repeat",
+                requested_output_names=["Y"],
+                inputs=[
+                    pb_utils.get_input_tensor_by_name(request, "X"),
+                    pb_utils.get_input_tensor_by_name(request, "COUNT"),
+                ],
+            )
+            count, total = 0, np.zeros(4, np.float32)
+            stream = call.exec(decoupled=True)
+            for answer in stream:
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                y = pb_utils.get_output_tensor_by_name(answer, "Y")
+                if y is None:
+                    continue  # the flag-only final response
+                count += 1
+                total += y.as_numpy()
+                if count == cancel_after:
+                    stream.cancel()
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [
+                        pb_utils.Tensor("RESPONSES", np.array([count], np.int32)),
+                        pb_utils.Tensor("TOTAL", total),
+                    ]
+                )
+            )
+        return responses
+"""
+
+COUNTER_CONFIG = """
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "RESPONSES" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "TOTAL" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+# ACTION (load | load_files | unload | ready) on the model NAME; READY: is_model_ready
+# afterwards. load_files loads NAME from a config and a model.py given with the call.
+MANAGER = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SOURCE = b'''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("Y", r.inputs()[0].as_numpy() * 3)])
+            for r in requests
+        ]
+'''
+CONFIG = {
+    "backend": "python",
+    "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [4]}],
+    "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [4]}],
+}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            action = pb_utils.get_input_tensor_by_name(request, "ACTION").as_numpy()[0].decode()
+            name = pb_utils.get_input_tensor_by_name(request, "NAME").as_numpy()[0].decode()
+            if action == "load":
+                pb_utils.load_model(name)
+            elif action == "load_files":
+                config = json.dumps({"name": name, **CONFIG})
+                pb_utils.load_model(name, config=config, files={"file:1/model.py": SOURCE})
+            elif action == "unload":
+                pb_utils.unload_model(name)
+            ready = np.array([pb_utils.is_model_ready(name)], np.bool_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("READY", ready)]))
+        return responses
+"""
+
+MANAGER_CONFIG = """
+input [ { name: "ACTION" data_type: TYPE_STRING dims: [ 1 ] },
+        { name: "NAME" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "READY" data_type: TYPE_BOOL dims: [ 1 ] } ]
+"""
+
+# DEPTH > 0: calls itself with DEPTH - 1 and passes the answer (or its error) on.
+RECURSIVE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.name = args["model_name"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            depth = int(pb_utils.get_input_tensor_by_name(request, "DEPTH").as_numpy()[0])
+            if depth == 0:
+                responses.append(
+                    pb_utils.InferenceResponse([pb_utils.Tensor("DEPTH", np.array([0], np.int32))])
+                )
+                continue
+            answer = pb_utils.InferenceRequest(
+                model_name=self.name,
+                requested_output_names=["DEPTH"],
+                inputs=[pb_utils.Tensor("DEPTH", np.array([depth - 1], np.int32))],
+            ).exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=answer.error()))
+            else:
+                responses.append(pb_utils.InferenceResponse(answer.output_tensors()))
+        return responses
+"""
+
+RECURSIVE_CONFIG = """
+input [ { name: "DEPTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "DEPTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+WAIT_S = 120.0
+
+
+def _repository(root: Path) -> None:
+    write_python(root, "add_sub", ADD_SUB, ADD_SUB_CONFIG)
+    write_python(root, "raising", RAISING, ADD_SUB_CONFIG)
+    write_python(root, "caller", CALLER, ADD_SUB_CONFIG)
+    write_python(
+        root,
+        "gather",
+        GATHER,
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "SEEN" data_type: TYPE_INT32 dims: [ 10 ] } ]',
+    )
+    write_python(
+        root,
+        "rendezvous",
+        RENDEZVOUS,
+        "model_transaction_policy { decoupled: true }\n"
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "SEEN" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+    )
+    write_python(root, "repeat", REPEAT, REPEAT_CONFIG)
+    write_python(root, "forever", REPEAT, REPEAT_CONFIG + parameter("until_cancelled", "yes"))
+    write_python(root, "counter", COUNTER, COUNTER_CONFIG)
+    write_python(root, "manager", MANAGER, MANAGER_CONFIG)
+    write_python(root, "managed", ADD_SUB, ADD_SUB_CONFIG)
+    write_python(root, "recursive", RECURSIVE, RECURSIVE_CONFIG)
+    write_python(
+        root,
+        "recursive_pair",
+        RECURSIVE,
+        RECURSIVE_CONFIG + "instance_group [ { count: 2 kind: KIND_CPU } ]",
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    root = tmp_path_factory.mktemp("bls")
+    _repository(root)
+    startup = [
+        f"--load-model={name}"
+        for name in (
+            "add_sub",
+            "raising",
+            "caller",
+            "gather",
+            "rendezvous",
+            "repeat",
+            "forever",
+            "counter",
+            "manager",
+            "recursive",
+            "recursive_pair",
+        )
+    ]
+    with run_pytriton_server(root, "--model-control-mode=explicit", *startup) as handle:
+        yield handle
+
+
+def _tensor(module: Any, name: str, data: np.ndarray) -> Any:
+    datatypes = {np.float32: "FP32", np.int32: "INT32", np.object_: "BYTES"}
+    tensor = module.InferInput(name, list(data.shape), datatypes[data.dtype.type])
+    tensor.set_data_from_numpy(data)
+    return tensor
+
+
+def _pair(module: Any) -> tuple[list[Any], np.ndarray, np.ndarray]:
+    a = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    b = np.array([0.5, 0.5, -1.0, 2.0], np.float32)
+    return [_tensor(module, "INPUT0", a), _tensor(module, "INPUT1", b)], a, b
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_exec_runs_the_target_model(
+    protocol: str, http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    client: Any = http if protocol == "http" else grpc
+    inputs, a, b = _pair(module)
+    result = client.infer("caller", inputs, parameters={"target": "add_sub"})
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def test_errors_of_the_called_model_reach_the_caller(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    inputs, _, _ = _pair(httpclient)
+    with pytest.raises(InferenceServerException) as caught:
+        http.infer("caller", inputs, parameters={"target": "raising"})
+    assert caught.value.message().startswith(
+        "Failed to process the request(s) for model 'raising_0', message: ValueError: boom"
+    )
+    assert caught.value.status() == "500"
+    with pytest.raises(InferenceServerException) as caught:
+        http.infer("caller", inputs, parameters={"target": "nowhere"})
+    assert caught.value.message() == (
+        "Model nowhere - Error when running inference: Failed for execute the inference "
+        "request. Model 'nowhere' is not ready."
+    )
+    with pytest.raises(InferenceServerException) as caught:
+        http.infer("caller", inputs, parameters={"target": "repeat"})
+    assert "Model repeat is using the decoupled" in caught.value.message()
+
+
+def test_ten_async_exec_calls_are_in_flight_at_once(
+    grpc: grpcclient.InferenceServerClient,
+) -> None:
+    x = np.zeros(4, np.float32)
+    result = grpc.infer("gather", [_tensor(grpcclient, "X", x)], client_timeout=WAIT_S)
+    # Each call was answered only after all ten had reached the target.
+    assert result.as_numpy("SEEN").tolist() == [10] * 10
+
+
+@pytest.mark.parametrize("count", [0, 1, 100])
+def test_exec_decoupled_iterates_every_response(
+    count: int, http: httpclient.InferenceServerClient
+) -> None:
+    x = np.array([1.0, 0.0, -1.0, 2.0], np.float32)
+    inputs = [
+        _tensor(httpclient, "X", x),
+        _tensor(httpclient, "COUNT", np.array([count], np.int32)),
+    ]
+    result = http.infer("counter", inputs)
+    assert result.as_numpy("RESPONSES").tolist() == [count]
+    expected = sum((x + i for i in range(count)), np.zeros(4, np.float32))
+    np.testing.assert_allclose(result.as_numpy("TOTAL"), expected)
+
+
+def test_cancel_stops_a_decoupled_callee(http: httpclient.InferenceServerClient) -> None:
+    x = np.zeros(4, np.float32)
+    inputs = [_tensor(httpclient, "X", x), _tensor(httpclient, "COUNT", np.array([1], np.int32))]
+    result = http.infer("counter", inputs, parameters={"cancel_after": 3})
+    # The callee stops at the next check of request.is_cancelled(); it would send 10000.
+    received = int(result.as_numpy("RESPONSES")[0])
+    assert 3 <= received < 10000
+
+
+def test_models_load_and_unload_models(http: httpclient.InferenceServerClient) -> None:
+    def act(action: str, name: str) -> bool:
+        inputs = [
+            _tensor(httpclient, "ACTION", np.array([action.encode()], np.object_)),
+            _tensor(httpclient, "NAME", np.array([name.encode()], np.object_)),
+        ]
+        return bool(http.infer("manager", inputs).as_numpy("READY")[0])
+
+    assert act("ready", "managed") is False
+    assert act("load", "managed") is True
+    assert http.is_model_ready("managed")
+    inputs, a, b = _pair(httpclient)
+    np.testing.assert_array_equal(http.infer("managed", inputs).as_numpy("OUTPUT0"), a + b)
+    assert act("unload", "managed") is False
+    assert not http.is_model_ready("managed")
+    # With a config and files of its own: a model that is in no repository.
+    assert act("load_files", "adhoc") is True
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    answer = http.infer("adhoc", [_tensor(httpclient, "X", x)])
+    np.testing.assert_array_equal(answer.as_numpy("Y"), 3 * x)
+
+
+def _depth(client: Any, module: Any, model: str, depth: int) -> Any:
+    return client.infer(model, [_tensor(module, "DEPTH", np.array([depth], np.int32))])
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_model_calling_itself_without_a_free_instance_fails(
+    protocol: str, http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    client: Any = http if protocol == "http" else grpc
+    assert _depth(client, module, "recursive", 0).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException) as caught:
+        _depth(client, module, "recursive", 1)
+    assert "deadlock" in caught.value.message()
+    assert "no instance of model 'recursive' can get free" in caught.value.message()
+    # With a second instance, one level of self-call runs; a second level has none free.
+    assert _depth(client, module, "recursive_pair", 1).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException, match="deadlock"):
+        _depth(client, module, "recursive_pair", 2)
+    # The server still serves.
+    assert _depth(client, module, "recursive", 0).as_numpy("DEPTH").tolist() == [0]
