@@ -56,14 +56,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
         yield handle
 
 
-@pytest.fixture
-def witness(server: ServerHandle) -> Iterator[Witness]:
-    """Serving another client throughout the test; checked at its end."""
-    with Witness(server) as watching:
-        yield watching
-        watching.check()
-
-
 def _exchange(server: ServerHandle, raw: bytes) -> tuple[int, dict[str, object]]:
     with connect(server) as sock:
         sock.sendall(raw)
