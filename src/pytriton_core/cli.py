@@ -13,6 +13,7 @@ import uvloop
 
 from pytriton_core.backends.settings import backend_config_notes
 from pytriton_core.cli_extensions import add_extension_arguments, extension_options
+from pytriton_core.cli_limits import add_limit_arguments, http_tls_options, limit_options
 from pytriton_core.cli_restricted import add_restricted_arguments, restricted_options
 from pytriton_core.cli_server_flags import (
     add_server_flag_arguments,
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--openai-address", default=None, help="default: the HTTP address")
     add("--openai-port", type=int, default=None, help="default: 9000")
+    add_limit_arguments(parser, _bool)
     add("--allow-grpc", type=_bool, default=True, metavar="BOOL")
     add("--grpc-address", default="0.0.0.0")
     add("--grpc-port", type=int, default=8001)
@@ -179,6 +181,11 @@ _GRPC_FLAGS: dict[str, tuple[str, Callable[[str], object]]] = {
     "--grpc-server-cert": ("server_cert", Path),
     "--grpc-server-key": ("server_key", Path),
     "--grpc-root-cert": ("root_cert", Path),
+    # Not tritonserver's (it has none): the limits of docs/security.md.
+    "--grpc-max-receive-message-size": ("max_receive_message_size", int),
+    "--grpc-max-send-message-size": ("max_send_message_size", int),
+    "--grpc-max-concurrent-streams": ("max_concurrent_streams", int),
+    "--grpc-max-connections": ("max_connections", int),
 }
 _GRPC_DEST = "grpc_option_"
 
@@ -292,6 +299,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_openai=args.allow_openai,
         openai_address=args.openai_address,
         openai_port=ServerOptions.openai_port if args.openai_port is None else args.openai_port,
+        http_tls=http_tls_options(args),
+        limits=limit_options(args),
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,

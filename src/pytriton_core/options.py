@@ -71,6 +71,53 @@ class GrpcOptions:
     server_cert: Path | None = None
     server_key: Path | None = None
     root_cert: Path | None = None
+    # Beyond these gRPC core answers RESOURCE_EXHAUSTED (Triton's: INT32_MAX both ways).
+    max_receive_message_size: int = 2**31 - 1
+    max_send_message_size: int = 2**31 - 1
+    # Calls in flight on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): a client
+    # past it waits for a free stream.
+    max_concurrent_streams: int = 1024
+    max_connections: int = 1024  # connections at once; further ones are closed at accept
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """TLS for a front end, in the style of tritonserver's ``--grpc-use-ssl*`` flags."""
+
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False  # implies use_ssl, and requires client certificates
+    server_cert: Path | None = None
+    server_key: Path | None = None
+    root_cert: Path | None = None  # the CAs client certificates must chain to
+
+    @property
+    def enabled(self) -> bool:
+        return self.use_ssl or self.use_ssl_mutual
+
+
+@dataclass(frozen=True)
+class LimitOptions:
+    """What one client may ask of the server (docs/security.md, "Limits").
+
+    Each limit is a flag; a request past one is refused with a 4xx answer (HTTP) or
+    RESOURCE_EXHAUSTED / INVALID_ARGUMENT (gRPC) and the server goes on serving the others.
+    """
+
+    http_max_header_size: int = 64 << 10  # request line and headers
+    http_max_connections: int = 1024  # further connections are answered 503 and closed
+    # Requests one connection may have waiting (pipelined) behind the one that runs.
+    http_max_pipelined_requests: int = 64
+    # A request's bytes, head and body, must all arrive within this many seconds of its
+    # first byte (slowloris); 0: no limit.
+    http_request_timeout_s: float = 60.0
+    # An HTTP JSON body: nesting of arrays and objects, and values in all.
+    http_max_json_depth: int = 128
+    http_max_json_elements: int = 1 << 22
+    # Any input tensor, whichever way it arrives (JSON, binary, shared memory).
+    max_tensor_byte_size: int = 1 << 31
+    max_tensor_element_count: int = 1 << 31
+    # Elements of a BYTES input, checked before they are decoded.
+    max_bytes_elements: int = 1 << 22
 
 
 # Triton's default summary quantiles and their allowed errors (``summary_quantiles``).
@@ -268,6 +315,8 @@ class ServerOptions:
     # --http-header-forward-pattern: headers whose names match reach the model as request
     # parameters; None: none do.
     http_header_forward_pattern: str | None = None
+    http_tls: TlsOptions = field(default_factory=TlsOptions)
+    limits: LimitOptions = field(default_factory=LimitOptions)
 
     # The OpenAI-compatible front end (frontends/openai, docs/openai.md): a listener of its
     # own with the HTTP settings above; off unless asked for.

@@ -253,12 +253,24 @@ class ServerRuntime:
             self._tracer.close()
         return clean
 
+    def reload_certificates(self) -> bool:
+        """Read the TLS certificate files of both front ends again (SIGHUP): connections
+        accepted from now on use them. False if a front end kept its old ones."""
+        reloaded = True
+        for frontend in (self._http, self._grpc):
+            certificates = frontend.certificates if frontend is not None else None
+            if certificates is not None:
+                reloaded = certificates.reload() and reloaded
+        return reloaded
+
     async def run_until_signalled(self) -> int:
-        """Serve until SIGINT or SIGTERM, then stop; the process's exit status."""
+        """Serve until SIGINT or SIGTERM, then stop; the process's exit status. SIGHUP
+        reloads the TLS certificates."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self.reload_certificates)
         await self.start()
         await stop.wait()
         log.info("signal received: stopping")

@@ -7,7 +7,9 @@ from collections.abc import Iterator
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from certificates import certificates  # noqa: F401  (the TLS tests' fixture)
 from harness import EXAMPLES_REPOSITORY, ServerHandle, run_pytriton_server
+from robustness import Witness
 
 
 @pytest.fixture(scope="module")
@@ -31,3 +33,12 @@ def grpc(server: ServerHandle) -> Iterator[grpcclient.InferenceServerClient]:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     yield client
     client.close()
+
+
+@pytest.fixture
+def witness(server: ServerHandle) -> Iterator[Witness]:
+    """Another client served throughout the test, its every answer checked at the end
+    (the module's ``server`` must have a FP32 identity model named ``identity``)."""
+    with Witness(server) as watching:
+        yield watching
+        watching.check()

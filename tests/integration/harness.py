@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,7 @@ def run_pytriton_server(
     check_exit: bool = True,
     ready_path: str = READY_PATH,
     http_port: int | None = None,
+    https: ssl.SSLContext | None = None,
 ) -> Iterator[ServerHandle]:
     """Run ``python -m pytriton_core`` on free loopback ports until the block ends.
 
@@ -138,7 +140,8 @@ def run_pytriton_server(
     ``env`` is added to this process's environment. ``check_exit=False`` lets the server
     exit with any status (a test that checks the status itself); the block starts once
     ``ready_path`` answers 200 (``/v2/health/live`` for a server that will not be ready).
-    ``http_port`` is a given HTTP port instead of a free one (servers sharing a port).
+    ``http_port`` is a given HTTP port instead of a free one (servers sharing a port);
+    ``https`` the client context to reach the server with when it serves HTTPS.
     """
     free_http_port, grpc_port, metrics_port = free_ports(3)
     http_port = free_http_port if http_port is None else http_port
@@ -169,6 +172,7 @@ def run_pytriton_server(
         timeout=timeout,
         check_exit=check_exit,
         ready_path=ready_path,
+        https=https,
     ) as handle:
         yield handle
 
@@ -256,6 +260,7 @@ def _run_server(
     timeout: float,
     check_exit: bool = True,
     ready_path: str = READY_PATH,
+    https: ssl.SSLContext | None = None,
 ) -> Iterator[ServerHandle]:
     log_dir = Path(tempfile.mkdtemp(prefix="pytriton-it-"))
     log_path = log_dir / "server.log"
@@ -280,7 +285,7 @@ def _run_server(
         log_path=log_path,
     )
     try:
-        _wait_until_ready(handle, timeout, ready_path)
+        _wait_until_ready(handle, timeout, ready_path, https)
     except ServerError:
         _stop(process)  # the error carries the log
         raise
@@ -300,7 +305,12 @@ def _run_server(
     shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def _wait_until_ready(handle: ServerHandle, timeout: float, path: str = READY_PATH) -> None:
+def _wait_until_ready(
+    handle: ServerHandle,
+    timeout: float,
+    path: str = READY_PATH,
+    https: ssl.SSLContext | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if handle.process.poll() is not None:
@@ -308,7 +318,7 @@ def _wait_until_ready(handle: ServerHandle, timeout: float, path: str = READY_PA
                 f"{handle.name} exited with {handle.process.returncode} before it was ready:\n"
                 f"{handle.log()}"
             )
-        if _http_status(handle.http_url, path) == 200:
+        if _http_status(handle.http_url, path, https) == 200:
             return
         if time.monotonic() > deadline:
             raise ServerError(
@@ -318,9 +328,13 @@ def _wait_until_ready(handle: ServerHandle, timeout: float, path: str = READY_PA
         time.sleep(0.1)
 
 
-def _http_status(url: str, path: str) -> int | None:
+def _http_status(url: str, path: str, https: ssl.SSLContext | None = None) -> int | None:
     host, port = url.rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=2)
+    connection = (
+        http.client.HTTPConnection(host, int(port), timeout=2)
+        if https is None
+        else http.client.HTTPSConnection(host, int(port), timeout=2, context=https)
+    )
     try:
         connection.request("GET", path)
         return connection.getresponse().status

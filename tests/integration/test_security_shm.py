@@ -134,6 +134,13 @@ def shrunk_while_running(call: Callable[[], object], region: Region, gate: Path)
     """Run ``call`` (a request that uses ``region``) in a thread, shrink the region's object
     to nothing once the request is inside the model, let the model go on, and return what
     the call answered (or raised)."""
+    return while_running(call, lambda: shrink(region.key, 0), gate)
+
+
+def while_running(call: Callable[[], object], meddle: Callable[[], None], gate: Path) -> object:
+    """Run ``call`` in a thread, ``meddle`` once its request is inside the gated model and
+    before the model reads its input, let the model go on, and return what the call
+    answered (or raised)."""
     outcome: list[object] = []
 
     def target() -> None:
@@ -150,7 +157,7 @@ def shrunk_while_running(call: Callable[[], object], region: Region, gate: Path)
         assert time.monotonic() < deadline, "the gated request never reached the model"
         time.sleep(0.01)
     started.unlink()
-    shrink(region.key, 0)  # while the model runs, before it reads
+    meddle()  # while the model runs, before it reads
     gate.touch()
     thread.join(timeout=60)
     (answer,) = outcome
@@ -213,3 +220,37 @@ def test_an_output_region_shrunk_under_a_request_fails_it_and_the_server_lives(
             finally:
                 region.close()
                 gate.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("destroy", [False, True], ids=["unregistered", "unregistered-unlinked"])
+def test_a_region_unregistered_under_a_request_keeps_its_mapping_until_the_request_ends(
+    server: ServerHandle, gate: Path, destroy: bool
+) -> None:
+    """The request holds the mapping it resolved: unregistering the region (and the client
+    unlinking its object) under it neither faults nor changes what the request reads."""
+    values = np.arange(ELEMENTS, dtype=np.float32)
+    gate.unlink(missing_ok=True)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        region = Region(client, values.nbytes)
+        shm.set_shared_memory_region(region.handle, [values])
+        tensor = grpcclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+        tensor.set_shared_memory(region.name, values.nbytes)
+
+        def unregister() -> None:
+            client.unregister_system_shared_memory(region.name)
+            if destroy:
+                shm.destroy_shared_memory_region(region.handle)
+
+        try:
+            answer = while_running(lambda: client.infer("gated", [tensor]), unregister, gate)
+        finally:
+            gate.unlink(missing_ok=True)
+            if not destroy:
+                shm.destroy_shared_memory_region(region.handle)
+        assert not isinstance(answer, Exception), answer
+        result = answer.as_numpy("OUTPUT0")  # type: ignore[attr-defined]
+        assert result is not None and np.array_equal(result, values + 1)
+        assert region.name not in client.get_system_shared_memory_status().regions  # type: ignore[union-attr]
+        with pytest.raises(InferenceServerException, match="Unable to find shared memory region"):
+            client.infer("gated", [tensor])
+    small_infer_is_exact(server)

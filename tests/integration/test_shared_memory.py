@@ -685,9 +685,14 @@ def test_raw_grpc_shm_inputs_consume_no_raw_contents(server: ServerHandle) -> No
         _write(handle, np.array([1, 2, 3, 4], np.float32).tobytes())
         client.register_system_shared_memory("r", key, 64)
         request = _raw_infer_request()
-        request.raw_input_contents.append(b"\x00" * 16)  # spare: ignored
-        response = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        response = stub.ModelInfer(request)
         assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [1, 2, 3, 4]
+        request.raw_input_contents.append(b"\x00" * 16)  # belongs to no input: refused
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "1 raw_input_contents for 0 inputs that take raw data" in info.value.details()
         client.unregister_system_shared_memory()
 
 

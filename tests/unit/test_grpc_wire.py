@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
 
 from pytriton_core import proto, types
 from pytriton_core.frontends.grpc import infer_codec, wire
@@ -58,6 +59,32 @@ def test_split_field_finds_entries_between_other_fields() -> None:
 def test_split_field_refuses_malformed_messages(data: bytes) -> None:
     with pytest.raises(wire.WireError):
         wire.split_field(data, RAW_INPUT_CONTENTS)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # Found by tools/fuzz/grpc_infer.py: protobuf skips unknown groups (wire types 3
+        # and 4); the splitter refused them as malformed.
+        bytes.fromhex("0a04652f5f73657175656e636d45696473693b0000000000000064"),
+        # nested groups, and a raw entry after them
+        b"\x0b\x13\x08\x01\x14\x0c" + b"\x3a\x02hi",
+    ],
+)
+def test_split_field_skips_groups_as_protobuf_does(data: bytes) -> None:
+    reference = ModelInferRequest.FromString(data)
+    rest, entries = wire.split_field(data, RAW_INPUT_CONTENTS)
+    assert [bytes(e) for e in entries] == list(reference.raw_input_contents)
+    reference.ClearField("raw_input_contents")
+    assert ModelInferRequest.FromString(bytes(rest)) == reference
+
+
+@pytest.mark.parametrize("data", [b"\x0b\x08\x01", b"\x0b\x14", b"\x0c"])
+def test_split_field_refuses_broken_groups(data: bytes) -> None:
+    with pytest.raises(wire.WireError):
+        wire.split_field(data, RAW_INPUT_CONTENTS)
+    with pytest.raises(DecodeError):  # protobuf refuses them too
+        ModelInferRequest.FromString(data)
 
 
 class _Model:

@@ -222,7 +222,7 @@ class Connection:
         self.loop = loop
         self.registry: set[HttpProtocol] = set()
         self.transport = FakeTransport()
-        self.protocol = HttpProtocol(router, MAX_BODY, self.registry, idle_timeout_s)
+        self.protocol = HttpProtocol(router, MAX_BODY, self.registry, idle_timeout_s=idle_timeout_s)
 
         async def made() -> None:  # on the running loop, as asyncio calls it
             self.protocol.connection_made(self.transport)  # type: ignore[arg-type]

@@ -49,6 +49,8 @@ def parse_config_text(text: str, source: str) -> Message:
     except text_format.ParseError as exc:
         # protobuf's text starts with "<line>:<column> : " and names the field.
         raise ModelConfigError(f"failed to parse model config {source}: {exc}") from exc
+    except ValueError as exc:  # an integer out of its field's range (found by fuzzing)
+        raise ModelConfigError(f"failed to parse model config {source}: {exc}") from exc
     return config
 
 

@@ -13,8 +13,10 @@ import numpy as np
 
 from pytriton_core import types
 from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serialize_bytes_tensor
-from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.errors import InvalidArgumentError, ServerError
+from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.tensor import Tensor
+from pytriton_core.options import LimitOptions
 
 Buffer = bytes | bytearray | memoryview
 
@@ -35,11 +37,18 @@ def array_from_bytes(
     input_name: str,
     model_name: str,
     request_id: str,
+    max_bytes_elements: int | None = None,
 ) -> np.ndarray:
-    """The tensor of ``shape`` that ``data`` holds in the binary form: a view, not a copy."""
+    """The tensor of ``shape`` that ``data`` holds in the binary form: a view, not a copy.
+
+    BYTES elements are objects, built here: past ``max_bytes_elements`` (the shape says how
+    many before any is built) the input is refused."""
     if datatype.is_bytes:
+        count = types.element_count(shape)
+        if max_bytes_elements is not None and count > max_bytes_elements:
+            raise bytes_elements_error(input_name, model_name, count, max_bytes_elements)
         try:
-            elements: np.ndarray = deserialize_bytes_tensor(data, types.element_count(shape))
+            elements: np.ndarray = deserialize_bytes_tensor(data, count)
         except ValueError as exc:
             raise InvalidArgumentError(
                 f"invalid BYTES data for input '{input_name}' for model '{model_name}': {exc}"
@@ -53,6 +62,39 @@ def array_from_bytes(
             f"Expected {expected}, got {size}"
         ).with_request_id(request_id)
     return np.frombuffer(data, datatype.numpy_dtype, expected // datatype.itemsize).reshape(shape)
+
+
+def bytes_elements_error(input_name: str, model_name: str, count: int, limit: int) -> ServerError:
+    return InvalidArgumentError(
+        f"input '{input_name}' for model '{model_name}' has {count} BYTES elements, more "
+        f"than the limit of {limit} (--max-bytes-element-count)"
+    )
+
+
+def check_tensor_limits(request: InferenceRequest, limits: LimitOptions) -> None:
+    """Refuse an input past ``--max-tensor-byte-size``, ``--max-tensor-element-count`` or
+    (for BYTES that arrived as JSON) ``--max-bytes-element-count``. The inputs are already
+    decoded, within the memory their bodies took: this is the policy, not the guard."""
+    for tensor in request.inputs.values():
+        data = tensor.data
+        count = types.element_count(data.shape)
+        if count > limits.max_tensor_element_count:
+            raise InvalidArgumentError(
+                f"input '{tensor.name}' for model '{request.model_name}' has {count} elements, "
+                f"more than the limit of {limits.max_tensor_element_count} "
+                "(--max-tensor-element-count)"
+            ).with_request_id(request.id)
+        if tensor.datatype.is_bytes:
+            if count > limits.max_bytes_elements:
+                raise bytes_elements_error(
+                    tensor.name, request.model_name, count, limits.max_bytes_elements
+                ).with_request_id(request.id)
+        elif count * tensor.datatype.itemsize > limits.max_tensor_byte_size:
+            raise InvalidArgumentError(
+                f"input '{tensor.name}' for model '{request.model_name}' holds "
+                f"{count * tensor.datatype.itemsize} bytes, more than the limit of "
+                f"{limits.max_tensor_byte_size} (--max-tensor-byte-size)"
+            ).with_request_id(request.id)
 
 
 def array_to_bytes(tensor: Tensor) -> Buffer:

@@ -197,6 +197,7 @@ class SharedMemoryManager:
         input_name: str,
         model_name: str,
         request_id: str,
+        max_bytes_elements: int | None = None,
     ) -> Tensor:
         """The input of ``shape`` the range holds: a read-only view of a system region, or
         a tensor left on the device for a CUDA region (BYTES elements are read on the host)."""
@@ -220,6 +221,7 @@ class SharedMemoryManager:
             input_name=input_name,
             model_name=model_name,
             request_id=request_id,
+            max_bytes_elements=max_bytes_elements,
         )
         if isinstance(region, SystemSharedMemoryRegion):
             # Its client can shrink the object while the model reads: the request fails then.

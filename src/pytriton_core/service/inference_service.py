@@ -27,6 +27,7 @@ from pytriton_core.errors import (
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor_data import check_tensor_limits
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
 from pytriton_core.options import ModelControlMode, ServerOptions
@@ -191,6 +192,7 @@ class InferenceService:
         ``request.trace`` is set: the caller stamps its own stages on it and calls ``finish``
         once the final response has left.
         """
+        check_tensor_limits(request, self.options.limits)
         if request.trace is None:
             request.trace = self._tracer.sample(model.name)
         model.submit(request)
@@ -417,6 +419,7 @@ class InferenceService:
             input_name=input_name,
             model_name=model_name,
             request_id=request_id,
+            max_bytes_elements=self.options.limits.max_bytes_elements,
         )
 
     def shm_output(self, output_name: str, ref: ShmReference) -> ShmOutput:

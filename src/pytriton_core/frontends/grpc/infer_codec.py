@@ -179,9 +179,20 @@ def decode_infer_request(
             data = raw[next_raw]
             next_raw += 1
         array = array_from_bytes(
-            data, datatype, shape, input_name=name, model_name=model.name, request_id=request.id
+            data,
+            datatype,
+            shape,
+            input_name=name,
+            model_name=model.name,
+            request_id=request.id,
+            max_bytes_elements=service.options.limits.max_bytes_elements,
         )
         request.inputs[name] = Tensor(name, datatype, array)
+    if next_raw < len(raw):  # as for too few: every raw entry must belong to an input
+        raise InvalidArgumentError(
+            f"unexpected additional input data for model '{model.name}': "
+            f"{len(raw)} raw_input_contents for {next_raw} inputs that take raw data"
+        )
     if message.outputs:
         request.requested_outputs = {
             output.name: _requested_output(output, decoded, service) for output in message.outputs

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -20,15 +21,14 @@ from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 
-# What Triton allows both ways (INT32_MAX), and what tritonclient sets on its channels.
-MAX_MESSAGE_SIZE = 2**31 - 1
-
 
 def channel_options(options: GrpcOptions) -> list[tuple[str, int]]:
     """The gRPC core channel arguments for the server's transport."""
     arguments = [
-        ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+        ("grpc.max_send_message_length", options.max_send_message_size),
+        ("grpc.max_receive_message_length", options.max_receive_message_size),
+        ("grpc.max_concurrent_streams", options.max_concurrent_streams),
+        ("grpc.max_allowed_incoming_connections", options.max_connections),
         ("grpc.keepalive_time_ms", options.keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", options.keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", int(options.keepalive_permit_without_calls)),
@@ -57,22 +57,60 @@ def _read_pem(path: Path | None, flag: str) -> bytes:
         raise InvalidArgumentError(f"unable to read {flag} '{path}': {exc.strerror}") from None
 
 
-def server_credentials(options: GrpcOptions) -> grpc.ServerCredentials:
-    """TLS credentials; with ``use_ssl_mutual`` clients must present a certificate."""
-    key = _read_pem(options.server_key, "--grpc-server-key")
-    cert = _read_pem(options.server_cert, "--grpc-server-cert")
-    root = None
-    if options.use_ssl_mutual or options.root_cert is not None:
-        root = _read_pem(options.root_cert, "--grpc-root-cert")
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=root, require_client_auth=options.use_ssl_mutual
-    )
+class GrpcCertificates:
+    """TLS credentials whose files ``reload()`` reads again (SIGHUP).
+
+    gRPC core asks ``fetch`` for the configuration as each connection is accepted; after a
+    reload it hands the new one over once, and open connections keep theirs. With
+    ``use_ssl_mutual`` clients must present a certificate.
+    """
+
+    def __init__(self, options: GrpcOptions) -> None:
+        self._options = options
+        self._configuration = self._read()
+        self._fresh = False
+
+    def _read(self) -> Any:
+        options = self._options
+        key = _read_pem(options.server_key, "--grpc-server-key")
+        cert = _read_pem(options.server_cert, "--grpc-server-cert")
+        root = None
+        if options.use_ssl_mutual or options.root_cert is not None:
+            root = _read_pem(options.root_cert, "--grpc-root-cert")
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=root)
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.dynamic_ssl_server_credentials(
+            self._configuration,
+            self._fetch,
+            require_client_authentication=self._options.use_ssl_mutual,
+        )
+
+    def _fetch(self) -> Any:  # on a gRPC core thread: a plain swap of one reference
+        if not self._fresh:
+            return None  # None: keep the configuration in use
+        self._fresh = False
+        return self._configuration
+
+    def reload(self) -> bool:
+        """Read the files again for the connections to come; False (logged) if they cannot
+        be read, and the certificates in use stay."""
+        try:
+            self._configuration = self._read()
+        except InvalidArgumentError as exc:
+            log.error("GRPC certificates not reloaded, the previous ones stay: %s", exc.message)
+            return False
+        self._fresh = True
+        log.info("GRPC certificates reloaded from %s", self._options.server_cert)
+        return True
 
 
 class GrpcFrontend:
     def __init__(self, service: InferenceService) -> None:
         self._service = service
         self._server: grpc.aio.Server | None = None
+        # None without TLS; else reloads the certificate files (SIGHUP).
+        self.certificates: GrpcCertificates | None = None
 
     async def start(self, host: str, port: int) -> int:
         """Serve on ``host:port`` (0: any free port); returns the bound port."""
@@ -86,7 +124,8 @@ class GrpcFrontend:
         bound: int
         try:
             if use_ssl:
-                bound = server.add_secure_port(address, server_credentials(options))
+                self.certificates = GrpcCertificates(options)
+                bound = server.add_secure_port(address, self.certificates.credentials())
             else:
                 bound = server.add_insecure_port(address)
         except RuntimeError as exc:

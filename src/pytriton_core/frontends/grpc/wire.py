@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from pytriton_core.inference.tensor_data import Buffer
 
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+_VARINT, _I64, _LEN, _START_GROUP, _END_GROUP, _I32 = 0, 1, 2, 3, 4, 5
+_MAX_GROUP_DEPTH = 100  # protobuf's own recursion limit
 
 
 class WireError(ValueError):
@@ -65,6 +66,8 @@ def split_field(data: bytes, field_number: int) -> tuple[Buffer, list[memoryview
             pos += 8
         elif wire_type == _I32:
             pos += 4
+        elif wire_type == _START_GROUP:  # an unknown (proto2) group: skipped, as protobuf does
+            pos = _skip_group(data, pos, tag >> 3, 1)
         else:
             raise WireError(f"unsupported wire type {wire_type}")
         if pos > end:
@@ -81,6 +84,34 @@ def split_field(data: bytes, field_number: int) -> tuple[Buffer, list[memoryview
     if len(rest) == 1:
         return rest[0], entries  # the usual case: the entries come last
     return b"".join(rest), entries
+
+
+def _skip_group(data: bytes, pos: int, field_number: int, depth: int) -> int:
+    """The position after the end-group tag that closes ``field_number``'s group."""
+    if depth > _MAX_GROUP_DEPTH:
+        raise WireError("groups nested too deeply")
+    end = len(data)
+    while pos < end:
+        tag, pos = _read_varint(data, pos)
+        wire_type = tag & 7
+        if wire_type == _VARINT:
+            _, pos = _read_varint(data, pos)
+        elif wire_type == _I64:
+            pos += 8
+        elif wire_type == _LEN:
+            length, pos = _read_varint(data, pos)
+            pos += length
+        elif wire_type == _I32:
+            pos += 4
+        elif wire_type == _START_GROUP:
+            pos = _skip_group(data, pos, tag >> 3, depth + 1)
+        elif wire_type == _END_GROUP:
+            if tag >> 3 != field_number:
+                raise WireError("mismatched end of group")
+            return pos
+        else:
+            raise WireError(f"unsupported wire type {wire_type}")
+    raise WireError("truncated group")
 
 
 def _varint(value: int) -> bytes:

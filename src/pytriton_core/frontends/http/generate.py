@@ -47,7 +47,9 @@ async def _generate(
     encoding = http_request.headers.get("content-encoding")
     if encoding is not None and encoding.lower() != "identity":
         raise InvalidArgumentError("Unsupported content-encoding, only 'identity' is supported.")
-    request = decode_generate_request(model, http_request.body, service.options.http_max_input_size)
+    request = decode_generate_request(
+        model, http_request.body, service.options.http_max_input_size, service.options.limits
+    )
     collector = ResponseCollector(
         _encoder(model, request),
         stream=stream,

@@ -26,13 +26,14 @@ from pytriton_core.frontends.http.infer_codec import (
     dumps_json,
     json_input_array,
     json_output_data,
-    parse_json_body,
 )
+from pytriton_core.frontends.http.json_body import parse_json
 from pytriton_core.frontends.http.messages import Buffer
 from pytriton_core.frontends.infer_rules import INT64_MAX, response_parameter_kind
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
 from pytriton_core.inference.tensor import Tensor
+from pytriton_core.options import LimitOptions
 from pytriton_core.runtime.model import Model
 
 NESTED = "parameters"
@@ -44,9 +45,12 @@ ONE_RESPONSE_EXPECTED = (
 ERROR_STATUS = 400
 
 
-def decode_generate_request(model: Model, body: Buffer, max_input_size: int) -> InferenceRequest:
-    """A core request from a generate body (the caller validates it against the model)."""
-    document = parse_json_body(body)
+def decode_generate_request(
+    model: Model, body: Buffer, max_input_size: int, limits: LimitOptions
+) -> InferenceRequest:
+    """A core request from a generate body (the caller validates it against the model); the
+    JSON limits hold for it as for every JSON body."""
+    document = parse_json(body, limits, InternalError)
     if not isinstance(document, dict):
         raise InternalError("attempt to get members for non-object")
     request = InferenceRequest(model_name=model.name, model_version=model.version)

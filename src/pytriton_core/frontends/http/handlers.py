@@ -9,8 +9,6 @@ from __future__ import annotations
 import base64
 import binascii
 
-import orjson
-
 from pytriton_core.config import config_to_json_dict
 from pytriton_core.errors import InternalError, InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http import compression
@@ -22,6 +20,7 @@ from pytriton_core.frontends.http.infer_stream import (
     stream_infer,
     wants_event_stream,
 )
+from pytriton_core.frontends.http.json_body import parse_json
 from pytriton_core.frontends.http.messages import (
     EMPTY_OK,
     HttpResponse,
@@ -34,7 +33,7 @@ from pytriton_core.frontends.http.settings_handlers import add_settings_routes
 from pytriton_core.frontends.http.shm_handlers import add_shared_memory_routes
 from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
 from pytriton_core.inference.header_forwarding import compile_pattern, forward_headers
-from pytriton_core.options import ApiCategory
+from pytriton_core.options import ApiCategory, LimitOptions
 from pytriton_core.repository.overrides import FILE_PREFIX
 from pytriton_core.service import InferenceService
 
@@ -122,7 +121,7 @@ def build_router(service: InferenceService) -> Router:
 
     async def repository_index(request: Request, match: RouteMatch) -> HttpResponse:
         _reject_named_repository(match)
-        ready = _json_body(request).get("ready", False)
+        ready = _json_body(request, service.options.limits).get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidArgumentError("Unable to parse 'ready', expecting a bool")
         entries = []
@@ -141,7 +140,7 @@ def build_router(service: InferenceService) -> Router:
         _reject_named_repository(match)
         config: str | None = None
         files: dict[str, bytes] = {}
-        for key, value in _body_parameters(request).items():
+        for key, value in _body_parameters(request, service.options.limits).items():
             if key == "config" and isinstance(value, str):
                 config = value
             elif key.startswith(FILE_PREFIX) and isinstance(value, str):
@@ -158,7 +157,7 @@ def build_router(service: InferenceService) -> Router:
 
     async def repository_unload(request: Request, match: RouteMatch) -> HttpResponse:
         _reject_named_repository(match)
-        value = _body_parameters(request).get("unload_dependents", False)
+        value = _body_parameters(request, service.options.limits).get("unload_dependents", False)
         if not isinstance(value, bool):
             raise InvalidArgumentError("Unable to parse 'unload_dependents', expecting a bool")
         await service.unload_model(match.get("model") or "", value)
@@ -195,22 +194,19 @@ def _reject_named_repository(match: RouteMatch) -> None:
         raise UnsupportedError("'repository_name' specification is not supported")
 
 
-def _json_body(request: Request) -> dict[str, object]:
+def _json_body(request: Request, limits: LimitOptions) -> dict[str, object]:
     """An optional JSON object body; an empty body reads as ``{}``."""
     if not len(request.body):
         return {}
-    try:
-        document = orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    document = parse_json(request.body, limits)
     if not isinstance(document, dict):
         raise InvalidArgumentError("the request body must be a JSON object")
     return document
 
 
-def _body_parameters(request: Request) -> dict[str, object]:
+def _body_parameters(request: Request, limits: LimitOptions) -> dict[str, object]:
     """The ``parameters`` object of the load / unload body."""
-    parameters = _json_body(request).get("parameters", {})
+    parameters = _json_body(request, limits).get("parameters", {})
     if not isinstance(parameters, dict):
         raise InvalidArgumentError("'parameters' must be a JSON object")
     return parameters

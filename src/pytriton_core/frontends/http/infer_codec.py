@@ -25,6 +25,7 @@ from pytriton_core.errors import (
     InternalError,
     InvalidArgumentError,
 )
+from pytriton_core.frontends.http.json_body import parse_json
 from pytriton_core.frontends.http.messages import JSON, Buffer, HttpResponse
 from pytriton_core.frontends.infer_rules import (
     INT64_MAX,
@@ -96,14 +97,6 @@ def _member(entry: Mapping[str, Any], key: str) -> Any:
     return entry[key]
 
 
-def parse_json_body(data: Buffer) -> Any:
-    """A JSON request body; Triton answers one that does not parse as INTERNAL."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
-
-
 def _request_parameters(
     raw: Any, request: InferenceRequest, reserved: dict[str, Any], allowed: tuple[str, ...]
 ) -> bool:
@@ -150,11 +143,12 @@ def _shape_of(entry: Mapping[str, Any]) -> list[int]:
 class _BinaryCursor:
     """Hands out consecutive slices of the binary section, as numpy views."""
 
-    def __init__(self, body: Buffer, start: int, model_name: str) -> None:
+    def __init__(self, body: Buffer, start: int, model_name: str, max_bytes_elements: int) -> None:
         self._body = body
         self._offset = start
         self._end = len(body)
         self._model_name = model_name
+        self._max_bytes_elements = max_bytes_elements
 
     def take(
         self, name: str, size: int, datatype: types.DataType, shape: list[int], request_id: str
@@ -174,6 +168,7 @@ class _BinaryCursor:
             input_name=name,
             model_name=self._model_name,
             request_id=request_id,
+            max_bytes_elements=self._max_bytes_elements,
         )
 
     def check_consumed(self) -> None:
@@ -323,17 +318,19 @@ def decode_infer_request(
     request = InferenceRequest(model_name=model.name, model_version=model.version)
     if header_length == 0:
         return _decode_raw_binary(model, body, request)
+    max_bytes_elements = service.options.limits.max_bytes_elements
     if header_length is None:
         json_part: Buffer = body
-        cursor = _BinaryCursor(body, len(body), model.name)  # no binary section
+        # no binary section
+        cursor = _BinaryCursor(body, len(body), model.name, max_bytes_elements)
     else:
         if header_length < 0 or header_length > len(body):
             raise InvalidArgumentError(
                 f"inference header size should be in range (0, {len(body)}), got: {header_length}"
             )
         json_part = memoryview(body)[:header_length]
-        cursor = _BinaryCursor(body, header_length, model.name)
-    document = parse_json_body(json_part)
+        cursor = _BinaryCursor(body, header_length, model.name, max_bytes_elements)
+    document = parse_json(json_part, service.options.limits, InternalError)
     if not isinstance(document, dict):
         raise InvalidArgumentError("the request body must be a JSON object")
     request_id = document.get("id", "")

@@ -5,12 +5,18 @@ connections run concurrently. Responses are written as a list of buffers; a stre
 (server-sent events) in chunks, as it comes.
 
 Flow control, both ways: a connection stops being read while it has more than
-``_MAX_PIPELINED`` requests (or ``_MAX_PENDING_BYTES`` of bodies) waiting, and while its
+``--http-max-pipelined-requests`` (or ``_MAX_PENDING_BYTES`` of bodies) waiting, and while its
 transport holds more unsent answer bytes than its high-water mark (``pause_writing``): a
 client that pipelines and reads nothing gets no further request decoded, run or answered
 until it reads, and a streamed answer waits (``drained``) before writing more. ``Upgrade``
 offers (h2c, websocket) are ignored and answered in HTTP/1.1; a client that half-closes
 after its requests gets their answers, then the connection closes.
+
+The other per-client limits (``LimitOptions``): connections past ``--http-max-connections``
+are answered 503 and closed at once; a request whose bytes take longer than
+``--http-request-timeout`` to arrive is answered 408 (``reaper.py`` looks once a second, so
+no request pays for a timer); head and body sizes are bounded by the compiled framing.
+With ``--http-use-ssl`` the listener speaks TLS (``tls.py``).
 
 The client going away cancels what it asked for: each request's handler sees an
 ``Exchange`` (``frontends/http/exchange.py``) that is marked gone when the connection is
@@ -54,15 +60,17 @@ from pytriton_core.frontends.http.messages import (
     error_response,
     plain_error,
 )
+from pytriton_core.frontends.http.reaper import expire_slow_requests
 from pytriton_core.frontends.http.router import Router
 from pytriton_core.frontends.http.streaming import SSE_COMMENT, write_stream
 from pytriton_core.frontends.http.timing import RECEIVED
+from pytriton_core.frontends.http.tls import CertificateReloader
+from pytriton_core.options import LimitOptions
 from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 
-_MAX_PIPELINED = 64  # stop reading from a client that queues more than this ...
-_MAX_PENDING_BYTES = 64 << 20  # ... or more request body bytes than this
+_MAX_PENDING_BYTES = 64 << 20  # stop reading from a client that queues more body bytes
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _PROBED_COMMENT = b"%x\r\n%s\r\n" % (len(SSE_COMMENT), SSE_COMMENT)
 # How often a probed connection's socket is checked: soon, then less often.
@@ -93,27 +101,41 @@ class HttpFrontend:
         self._name = name  # in the log, as tritonserver names its services
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[HttpProtocol] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        # None without TLS; else reloads the certificate files (SIGHUP).
+        self.certificates: CertificateReloader | None = None
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         options = self._service.options
         max_body = options.http_max_input_size
+        limits = options.limits
         idle_timeout = options.http_keepalive_timeout_s or None
+        if options.http_tls.enabled:
+            self.certificates = CertificateReloader(options.http_tls)
         try:
             self._server = await loop.create_server(
-                lambda: HttpProtocol(self._router, max_body, self._connections, idle_timeout),
+                lambda: HttpProtocol(
+                    self._router, max_body, self._connections, limits, idle_timeout
+                ),
                 host,
                 port,
                 reuse_address=True,
                 reuse_port=options.reuse_http_port,
                 backlog=1024,
+                ssl=self.certificates.context if self.certificates is not None else None,
             )
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:  # tritonserver's words
                 raise UnavailableError(f"Socket '{host}:{port}' already in use") from None
             raise UnavailableError(f"failed to start {self._name}: {exc}") from None
         bound_port: int = self._server.sockets[0].getsockname()[1]
-        log.info("Started %s at %s:%d", self._name, host, bound_port)
+        if limits.http_request_timeout_s > 0:
+            self._reaper = loop.create_task(
+                expire_slow_requests(self._connections, limits.http_request_timeout_s)
+            )
+        security = " (SSL)" if self.certificates is not None else ""
+        log.info("Started %s at %s:%d%s", self._name, host, bound_port, security)
         return bound_port
 
     async def stop(self, timeout_s: float = 0.0) -> None:
@@ -121,6 +143,8 @@ class HttpFrontend:
         (waiting up to ``timeout_s`` for those)."""
         if self._server is None:
             return
+        if self._reaper is not None:
+            self._reaper.cancel()
         self._server.close()
         for connection in list(self._connections):
             connection.close_when_idle()
@@ -137,11 +161,14 @@ class HttpProtocol(asyncio.Protocol):
         router: Router,
         max_body_size: int,
         registry: set[HttpProtocol],
+        limits: LimitOptions | None = None,
         idle_timeout_s: float | None = None,
     ) -> None:
         self._router = router
         self._registry = registry
-        self._assembler = RequestAssembler(max_body_size)
+        self._limits = limits = limits if limits is not None else LimitOptions()
+        self._max_pipelined = limits.http_max_pipelined_requests
+        self._assembler = RequestAssembler(max_body_size, limits.http_max_header_size)
         self._parser = httptools.HttpRequestParser(self._assembler)
         self._assembler.attach(self._parser)
         self._transport: asyncio.Transport | None = None
@@ -176,6 +203,17 @@ class HttpProtocol(asyncio.Protocol):
         if sock is not None:
             # Header and body go out in one writelines; never wait for Nagle.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if len(self._registry) >= self._limits.http_max_connections:
+            self._closing = True
+            self._write(
+                plain_error(
+                    503,
+                    f"the server has {self._limits.http_max_connections} HTTP connections "
+                    "open, its limit (--http-max-connections): try again later",
+                ),
+                keep_alive=False,
+            )
+            return
         self._registry.add(self)
         self._arm_idle_timer()
 
@@ -268,18 +306,34 @@ class HttpProtocol(asyncio.Protocol):
         if self._paused:
             if (
                 not self._write_paused
-                and len(self._pending) <= _MAX_PIPELINED // 2
+                and len(self._pending) <= self._max_pipelined // 2
                 and self._pending_bytes <= _MAX_PENDING_BYTES // 2
             ):
                 transport.resume_reading()
                 self._paused = False
         elif (
             self._write_paused
-            or len(self._pending) > _MAX_PIPELINED
+            or len(self._pending) > self._max_pipelined
             or self._pending_bytes > _MAX_PENDING_BYTES
         ):
             transport.pause_reading()
             self._paused = True
+
+    def expire_if_slow(self, started_before_ns: int, timeout_s: float) -> None:
+        """Answer 408 and close when the request now arriving began before
+        ``started_before_ns`` (monotonic). A connection the server stopped reading (flow
+        control) is not the client's fault and is left alone."""
+        since = self._receiving_since
+        if not since or since >= started_before_ns or self._paused or self._broken:
+            return
+        self._broken = True
+        self._receiving_since = 0
+        message = (
+            f"the request did not arrive within {timeout_s:g} s of its first byte "
+            "(--http-request-timeout)"
+        )
+        self._pending.append((_BrokenStream(408, message), 0, 0))
+        self._start_next()
 
     def close_when_idle(self) -> None:
         self._closing = True

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from pytriton_core.errors import (
     InternalError,
     UnavailableError,
     UnsupportedError,
 )
+from pytriton_core.frontends.http.json_body import parse_json
 from pytriton_core.frontends.http.messages import HttpResponse, json_response
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.logging_settings import SETTABLE, parse_log_format
-from pytriton_core.options import ApiCategory, LogFormat
+from pytriton_core.options import ApiCategory, LimitOptions, LogFormat
 from pytriton_core.service import InferenceService
 from pytriton_core.tracing import changes_from_json
 
@@ -25,7 +24,7 @@ def add_settings_routes(router: Router, service: InferenceService) -> None:
         return json_response(service.log_settings())
 
     async def post_logging(request: Request, match: RouteMatch) -> HttpResponse:
-        changes = log_changes_from_json(_json_document(request))
+        changes = log_changes_from_json(_json_document(request, service.options.limits))
         return json_response(service.update_log_settings(changes))
 
     async def get_trace(request: Request, match: RouteMatch) -> HttpResponse:
@@ -34,7 +33,7 @@ def add_settings_routes(router: Router, service: InferenceService) -> None:
     async def post_trace(request: Request, match: RouteMatch) -> HttpResponse:
         model = match.get("model")
         service.check_trace_model(model)  # refused before the body is read, as in Triton
-        document = _json_document(request)
+        document = _json_document(request, service.options.limits)
         body = document if isinstance(document, dict) else {}
         return json_response(service.update_trace_settings(model, changes_from_json(body)))
 
@@ -48,12 +47,9 @@ def add_settings_routes(router: Router, service: InferenceService) -> None:
     )
 
 
-def _json_document(request: Request) -> Any:
+def _json_document(request: Request, limits: LimitOptions) -> Any:
     """The body as JSON; Triton answers an empty or malformed one with 500."""
-    try:
-        return orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
+    return parse_json(request.body, limits, InternalError)
 
 
 def log_changes_from_json(document: Any) -> dict[str, Any]:

@@ -12,12 +12,11 @@ import base64
 import binascii
 from typing import Any
 
-import orjson
-
 from pytriton_core.errors import InternalError, InvalidArgumentError
+from pytriton_core.frontends.http.json_body import parse_json
 from pytriton_core.frontends.http.messages import EMPTY_OK, HttpResponse, json_response
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
-from pytriton_core.options import ApiCategory
+from pytriton_core.options import ApiCategory, LimitOptions
 from pytriton_core.service import InferenceService
 
 _REGION = r"(?:/region/(?P<region>[^/]+))?"
@@ -30,11 +29,8 @@ _NOT_SIGNED = "attempt to access JSON non-signed-integer as signed-integer"
 _NOT_OBJECT = "attempt to access JSON non-object as object"
 
 
-def _document(request: Request) -> dict[str, Any]:
-    try:
-        document = orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
+def _document(request: Request, limits: LimitOptions) -> dict[str, Any]:
+    document = parse_json(request.body, limits, InternalError)
     if not isinstance(document, dict):
         raise InternalError(_NOT_OBJECT)
     return document
@@ -64,7 +60,7 @@ def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
             raise InvalidArgumentError(
                 "'region name' is necessary to register system shared memory region"
             )
-        document = _document(request)
+        document = _document(request, service.options.limits)
         key = _required(document, "key")
         if not isinstance(key, str):
             raise InternalError(_NOT_STRING)
@@ -88,7 +84,7 @@ def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
                 "'region name' is necessary to register cuda shared memory region"
             )
         service.require_cuda_shm(name)
-        document = _document(request)
+        document = _document(request, service.options.limits)
         handle = _required(document, "raw_handle")
         encoded = handle.get("b64") if isinstance(handle, dict) else None
         if not isinstance(encoded, str):

@@ -1,0 +1,92 @@
+"""Property tests (hypothesis) of the binary tensor codecs: for every datatype and shape,
+bytes -> tensor -> bytes is the identity, the tensor equals numpy's own reading of the bytes,
+and the compiled BYTES codec agrees with a plain-Python oracle of the wire form."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytriton_core import types
+from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serialize_bytes_tensor
+from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.inference.tensor import Tensor
+from pytriton_core.inference.tensor_data import array_from_bytes, array_to_bytes
+
+FIXED = [datatype for datatype in types.DATATYPES if not datatype.is_bytes]
+SHAPES = st.lists(st.integers(0, 5), min_size=0, max_size=4)
+
+
+def _decode(data: bytes, datatype: types.DataType, shape: list[int]) -> np.ndarray:
+    return array_from_bytes(
+        data, datatype, shape, input_name="INPUT0", model_name="m", request_id=""
+    )
+
+
+def _wire(elements: list[bytes]) -> bytes:
+    """The oracle: each element as a 4-byte little-endian length, then its bytes."""
+    return b"".join(struct.pack("<I", len(element)) + element for element in elements)
+
+
+@pytest.mark.parametrize("datatype", FIXED, ids=lambda datatype: datatype.wire_name)
+@settings(max_examples=60, deadline=None)
+@given(shape=SHAPES, data=st.data())
+def test_fixed_size_round_trip_is_the_identity(
+    datatype: types.DataType, shape: list[int], data: st.DataObject
+) -> None:
+    size = types.element_count(shape) * datatype.itemsize
+    payload = data.draw(st.binary(min_size=size, max_size=size))
+    array = _decode(payload, datatype, shape)
+    oracle = np.frombuffer(payload, datatype.numpy_dtype).reshape(shape)
+    assert array.shape == oracle.shape and array.dtype == oracle.dtype
+    assert array.tobytes() == oracle.tobytes()
+    assert bytes(array_to_bytes(Tensor("OUTPUT0", datatype, array))) == payload
+
+
+@pytest.mark.parametrize("datatype", FIXED, ids=lambda datatype: datatype.wire_name)
+@settings(max_examples=30, deadline=None)
+@given(shape=SHAPES, delta=st.integers(-9, 9).filter(bool))
+def test_a_wrong_byte_count_is_refused(
+    datatype: types.DataType, shape: list[int], delta: int
+) -> None:
+    size = types.element_count(shape) * datatype.itemsize + delta
+    if size < 0:
+        return
+    with pytest.raises(InvalidArgumentError, match="byte size mismatch"):
+        _decode(b"\0" * size, datatype, shape)
+
+
+@settings(max_examples=200, deadline=None)
+@given(elements=st.lists(st.binary(max_size=40), max_size=30), data=st.data())
+def test_bytes_codec_agrees_with_the_oracle(elements: list[bytes], data: st.DataObject) -> None:
+    count = len(elements)
+    shape = data.draw(st.sampled_from([[count], [1, count], [count, 1]]))
+    wire = _wire(elements)
+    array = _decode(wire, types.BYTES, shape)
+    assert array.shape == tuple(shape)
+    assert list(array.reshape(-1)) == elements
+    assert bytes(array_to_bytes(Tensor("OUTPUT0", types.BYTES, array))) == wire
+    assert bytes(serialize_bytes_tensor(np.array(elements, dtype=np.object_))) == wire
+
+
+@settings(max_examples=200, deadline=None)
+@given(wire=st.binary(max_size=200), count=st.integers(0, 12))
+def test_bytes_decoding_refuses_what_the_oracle_cannot_read(wire: bytes, count: int) -> None:
+    elements: list[bytes] = []
+    position = 0
+    while position + 4 <= len(wire) and len(elements) < count:
+        (length,) = struct.unpack_from("<I", wire, position)
+        if position + 4 + length > len(wire):
+            break
+        elements.append(wire[position + 4 : position + 4 + length])
+        position += 4 + length
+    readable = len(elements) == count and position == len(wire)
+    if readable:
+        assert list(deserialize_bytes_tensor(wire, count)) == elements
+    else:
+        with pytest.raises(ValueError):
+            deserialize_bytes_tensor(wire, count)

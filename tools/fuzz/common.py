@@ -1,0 +1,99 @@
+"""What the fuzzers share: running a target under atheris, and a real in-process server
+for the parsers that need a model and the service (no sockets, no mocks).
+
+Each fuzzer is ``tools/fuzz/<target>.py``; ``python tools/fuzz/run.py`` runs them all
+(``--seconds`` each) and reports executions and coverage. A target may raise only the
+server's own errors (``ServerError``) for bad input; anything else is a finding.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import atheris
+
+from pytriton_core import Server
+from pytriton_core.options import MemoryOptions
+from pytriton_core.service import InferenceService
+
+ROOT = Path(__file__).resolve().parent
+CORPUS = ROOT / "corpus"
+
+IDENTITY_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        inputs = [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() for r in requests]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]) for x in inputs]
+"""
+# name -> (datatype, max_batch_size): the models the request fuzzers decode for
+MODELS = {"fp32": ("TYPE_FP32", 8), "bytes": ("TYPE_STRING", 0), "int8": ("TYPE_INT8", 0)}
+SHM_KEY = f"/pytriton_fuzz_{os.getpid()}"
+SHM_SIZE = 1 << 16
+
+
+def fuzz(test_one_input: Callable[[bytes], None]) -> None:
+    """Run ``test_one_input`` under atheris with this process's command line (libFuzzer's
+    flags and corpus folders).
+
+    Every Python function loaded so far is instrumented, the target's oracle included:
+    the compiled modules (Cython, httptools' llhttp) carry no coverage counters, so for
+    them the oracle's branches are what guides the search.
+    """
+    atheris.instrument_all()
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+def serve() -> InferenceService:
+    """The InferenceService of a started in-process server with the fuzz models and one
+    registered system region (``fuzzed``, over ``SHM_KEY``), as the front ends hold it."""
+
+    root = Path(tempfile.mkdtemp(prefix="pytriton-fuzz-"))
+    for name, (datatype, max_batch) in MODELS.items():
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.py").write_text(IDENTITY_MODEL)
+        (root / name / "config.pbtxt").write_text(
+            f'backend: "python"\nmax_batch_size: {max_batch}\n'
+            f'input [ {{ name: "INPUT0", data_type: {datatype}, dims: [ -1 ] }} ]\n'
+            f'output [ {{ name: "OUTPUT0", data_type: {datatype}, dims: [ -1 ] }} ]\n'
+        )
+    fd = os.open(f"/dev/shm{SHM_KEY}", os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, SHM_SIZE)
+    os.close(fd)
+    atexit.register(
+        lambda: os.path.exists(f"/dev/shm{SHM_KEY}") and os.unlink(f"/dev/shm{SHM_KEY}")
+    )
+    server = Server(model_repository=root, memory=MemoryOptions(allow_client_shm=True))
+    server.start()  # its thread is a daemon: the process ends without stopping it
+    service = server._service  # the real one, as the front ends hold it
+    service.register_system_shm("fuzzed", SHM_KEY, 0, SHM_SIZE)
+    return service
+
+
+def check_http_infer(
+    service: InferenceService, model: str, body: bytes, header: int | None
+) -> None:
+    """Decode an HTTP infer body as the front end does and validate the request as the
+    model would before queueing it; only the server's errors may come out."""
+    from pytriton_core.errors import ServerError
+    from pytriton_core.frontends.http.infer_codec import decode_infer_request
+    from pytriton_core.inference.tensor_data import check_tensor_limits
+    from pytriton_core.runtime.validation import validate_request
+
+    try:
+        target = service.model(model, "")
+        decoded = decode_infer_request(target, body, header, service)
+        check_tensor_limits(decoded.request, service.options.limits)
+        validate_request(decoded.request, target.spec)
+        for tensor in decoded.request.inputs.values():
+            tensor.data.tobytes()  # every byte of a view is readable
+    except ServerError:
+        pass

@@ -1,0 +1,91 @@
+"""Fuzz HTTP framing and request assembly (httptools + the compiled RequestAssembler).
+
+Oracle: the requests assembled from the bytes in one piece equal those assembled from the
+same bytes cut anywhere (Triton 2.51 mis-assembles a request line that arrives in pieces),
+and a refusal is the same refusal at the same request.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import atheris
+
+with atheris.instrument_imports():
+    import httptools
+
+    from pytriton_core._native.http_framing import RequestAssembler, framing_error
+
+from common import fuzz
+
+MAX_BODY = 4096
+MAX_HEAD = 1024
+
+
+def assemble(data: bytes, cuts: list[int]) -> list[object]:
+    """Requests (and the refusal that ended them) from ``data`` fed in pieces; Upgrade
+    offers continue in HTTP/1.1 with a new parser, as the server does."""
+    assembler = RequestAssembler(MAX_BODY, MAX_HEAD)
+    parser = httptools.HttpRequestParser(assembler)
+    assembler.attach(parser)
+    out: list[object] = []
+    pieces, start = [], 0
+    for cut in sorted(cuts):
+        if start < cut < len(data):
+            pieces.append(data[start:cut])
+            start = cut
+    pieces.append(data[start:])
+    try:
+        for piece in pieces:
+            while piece:
+                if assembler.awaiting_upgrade_body:
+                    piece = piece[assembler.feed_upgrade_body(piece) :]
+                    continue
+                try:
+                    parser.feed_data(piece)
+                    piece = b""
+                except httptools.HttpParserUpgrade as upgrade:
+                    offset = upgrade.args[0] if upgrade.args else len(piece)
+                    assembler.detach()
+                    parser = httptools.HttpRequestParser(assembler)
+                    assembler.attach(parser)
+                    piece = piece[offset:]
+            out.extend(_summary(r) for r in assembler.drain())
+    except httptools.HttpParserError as exc:
+        out.extend(_summary(r) for r in assembler.drain())
+        refusal = framing_error(exc)
+        out.append(("refused", refusal.status if refusal is not None else 400))
+    finally:
+        assembler.detach()
+    return out
+
+
+def _summary(request: object) -> tuple[object, ...]:
+    r: object = request
+    return (
+        r.method,  # type: ignore[attr-defined]
+        r.path,  # type: ignore[attr-defined]
+        r.query,  # type: ignore[attr-defined]
+        tuple(sorted(r.headers.items())),  # type: ignore[attr-defined]
+        bytes(r.body),  # type: ignore[attr-defined]
+        r.keep_alive,  # type: ignore[attr-defined]
+        r.http_version,  # type: ignore[attr-defined]
+    )
+
+
+def test_one_input(data: bytes) -> None:
+    provider = atheris.FuzzedDataProvider(data)
+    cuts = [provider.ConsumeIntInRange(0, 512) for _ in range(provider.ConsumeIntInRange(0, 8))]
+    payload = provider.ConsumeBytes(provider.remaining_bytes())
+    whole = assemble(payload, [])
+    for request in whole:
+        if request[0] != "refused":
+            assert len(request[4]) <= MAX_BODY  # type: ignore[arg-type]
+    if cuts:
+        pieces = assemble(payload, cuts)
+        assert whole == pieces, (whole, pieces, cuts)
+
+
+if __name__ == "__main__":
+    fuzz(test_one_input)
+    sys.exit(0)
