@@ -76,8 +76,8 @@ def check_tensor_limits(request: InferenceRequest, limits: LimitOptions) -> None
     (for BYTES that arrived as JSON) ``--max-bytes-element-count``. The inputs are already
     decoded, within the memory their bodies took: this is the policy, not the guard."""
     for tensor in request.inputs.values():
-        data = tensor.data
-        count = types.element_count(data.shape)
+        # The shape, not ``data``: a GPU input's data is a copy to the host, made on use.
+        count = types.element_count(tensor.shape)
         if count > limits.max_tensor_element_count:
             raise InvalidArgumentError(
                 f"input '{tensor.name}' for model '{request.model_name}' has {count} elements, "
