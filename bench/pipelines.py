@@ -25,14 +25,19 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.procstats import PROC, sample_tree
-from bench.shm_compare import LOOPBACK, REAL_TRITON_START, ROOT, find_perf_analyzer, serve
+from bench.shm_compare import (
+    LOOPBACK,
+    ROOT,
+    chosen_servers,
+    find_perf_analyzer,
+    serve,
+)
 
 ELEMENTS = 16
 MODELS = ("pipe_ensemble", "pipe_bls")
@@ -291,10 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer -p")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-results" / "pipelines")
     args = parser.parse_args(argv)
-    servers = [s for s in args.servers.split(",") if s]
-    if "triton" in servers and not REAL_TRITON_START.is_file():
-        print(f"real Triton tool missing ({REAL_TRITON_START}): ours only", file=sys.stderr)
-        servers.remove("triton")
+    servers = chosen_servers(args.servers)
     concurrencies = [int(n) for n in args.concurrency.split(",")]
     cells = run(servers, concurrencies, args.rounds, args.window_ms, args.out)
     text = report(cells, args.rounds, args.window_ms)

@@ -28,12 +28,17 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.shm_compare import REAL_TRITON_START, ROOT, SUMMARY, find_perf_analyzer, serve
+from bench.shm_compare import (
+    ROOT,
+    SUMMARY,
+    chosen_servers,
+    find_perf_analyzer,
+    serve,
+)
 
 MODELS = ("simple_sequence", "simple_dyna_sequence")
 PROTOCOLS = ("http", "grpc")
@@ -211,10 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="measurements per cell and server")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-results" / "sequence")
     args = parser.parse_args(argv)
-    servers = [s for s in args.servers.split(",") if s]
-    if "triton" in servers and not REAL_TRITON_START.is_file():
-        print(f"real Triton tool missing ({REAL_TRITON_START}): ours only", file=sys.stderr)
-        servers.remove("triton")
+    servers = chosen_servers(args.servers)
     concurrencies = [int(n) for n in args.concurrency.split(",")]
     cells = run(servers, concurrencies, args.window_ms, args.rounds, args.out)
     text = report(cells)
