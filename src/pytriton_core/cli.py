@@ -301,6 +301,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         openai_port=ServerOptions.openai_port if args.openai_port is None else args.openai_port,
         http_tls=http_tls_options(args),
         limits=limit_options(args),
+        debug_live_objects=args.debug_live_objects,
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,

@@ -127,6 +127,15 @@ def add_limit_arguments(parser: argparse.ArgumentParser, parse_bool: Callable[[s
             metavar="BOOL" if parse is bool else "PEM_FILE",
             help=_TLS_HELP[option],
         )
+    parser.add_argument(
+        "--debug-live-objects",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve GET /v2/debug/live_objects: counts of live requests, responses, "
+        "shared-memory views and mappings and pooled buffer bytes in use, for leak checks "
+        "(each call runs a full garbage collection; default false)",
+    )
 
 
 def limit_options(args: argparse.Namespace) -> LimitOptions:

@@ -317,6 +317,9 @@ class ServerOptions:
     http_header_forward_pattern: str | None = None
     http_tls: TlsOptions = field(default_factory=TlsOptions)
     limits: LimitOptions = field(default_factory=LimitOptions)
+    # --debug-live-objects: GET /v2/debug/live_objects answers a census of what requests
+    # leave behind (service/census.py), for leak checks; off, the path does not exist.
+    debug_live_objects: bool = False
 
     # The OpenAI-compatible front end (frontends/openai, docs/openai.md): a listener of its
     # own with the HTTP settings above; off unless asked for.

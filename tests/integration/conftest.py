@@ -9,6 +9,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from certificates import certificates  # noqa: F401  (the TLS tests' fixture)
 from harness import EXAMPLES_REPOSITORY, ServerHandle, run_pytriton_server
+from leaks import check_no_leaks, live_objects
 from robustness import Witness
 
 
@@ -42,3 +43,12 @@ def witness(server: ServerHandle) -> Iterator[Witness]:
     with Witness(server) as watching:
         yield watching
         watching.check()
+
+
+@pytest.fixture
+def leak_check(server: ServerHandle) -> Iterator[None]:
+    """After the test, the module's ``server`` holds no live request, response, shm view or
+    pooled buffer, and no more shm mappings than before it (leaks.py)."""
+    baseline = live_objects(server)
+    yield
+    check_no_leaks(server, baseline)

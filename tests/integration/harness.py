@@ -157,6 +157,8 @@ def run_pytriton_server(
     for flag in ("--http-address", "--grpc-address", "--metrics-address"):
         if flag in supported and (metrics or flag != "--metrics-address"):
             command.append(f"{flag}={LOOPBACK}")
+    if "--debug-live-objects" in supported:  # the leak check's census (leaks.py)
+        command.append("--debug-live-objects=true")
     if metrics:
         command.append(f"--metrics-port={metrics_port}")
     else:

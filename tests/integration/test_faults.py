@@ -13,6 +13,7 @@ request are in test_security_shm.py.)
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,9 @@ import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server, write_python_model
 from robustness import Witness, connect, fp32_input, identity_config, write_identity_model
 from tritonclient.utils import InferenceServerException
+
+# every test leaves the server as it found it (leaks.py)
+pytestmark = pytest.mark.usefixtures("leak_check")
 
 FAULTY_MODEL = """
 import numpy as np
@@ -199,6 +203,11 @@ def test_a_hung_model_times_out_the_requests_queued_behind_it(
                             [fp32_input(module, _values(first=5).reshape(1, -1))],
                             timeout=200_000,
                         )
+                # the hung instance is named, once for its one execution
+                reports = re.findall(
+                    r"instance 'hangs_0_0' has been executing one batch", server.log()
+                )
+                assert len(reports) == 1, server.log()[-3000:]
             finally:
                 gate.touch()
             answer = hung.result()

@@ -28,6 +28,9 @@ from robustness import (
 )
 from tritonclient.utils import InferenceServerException
 
+# every test leaves the server as it found it (leaks.py)
+pytestmark = pytest.mark.usefixtures("leak_check")
+
 LIMITS = {
     "--http-max-input-size": 1 << 20,
     "--http-max-header-size": 4096,

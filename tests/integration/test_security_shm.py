@@ -19,6 +19,9 @@ import tritonclient.utils.shared_memory as shm
 from harness import ServerHandle, run_pytriton_server, write_python_model
 from tritonclient.utils import InferenceServerException
 
+# every test leaves the server as it found it (leaks.py)
+pytestmark = pytest.mark.usefixtures("leak_check")
+
 # OUTPUT0 = INPUT0 + 1. For more than one element, execute first writes
 # "<gate_file>.started" and waits until gate_file exists, then reads the input.
 GATED_CONFIG = """

@@ -76,7 +76,7 @@ def run_target(
         capture_output=True,
         text=True,
         errors="replace",
-        timeout=seconds + 300,
+        timeout=seconds + 1800,  # startup, fully instrumented, takes minutes on a busy machine
         cwd=REPO,
         env={**os.environ, ENVIRONMENT: instrument},
     )

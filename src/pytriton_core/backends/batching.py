@@ -105,6 +105,11 @@ class BatchRunner:
         )
 
     @property
+    def pool_in_use_bytes(self) -> int:
+        """Bytes of this runner's pool handed out and not yet back (a leak check's count)."""
+        return int(self._pool.stats()["in_use_bytes"])
+
+    @property
     def staging(self) -> StagingPool | None:
         """The host staging pool of a GPU instance (None on the CPU)."""
         return self._staging

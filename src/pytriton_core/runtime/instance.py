@@ -82,6 +82,9 @@ class ModelInstance:
         self.memory_usage: tuple[MemoryUsage, ...] = ()  # set once the backend instance exists
         self._backend_instance: BackendInstance | None = None  # once warmed up
         self._short_streak = 0  # executions in a row under INLINE_BUDGET_NS
+        # (start ns, requests) of the batch executing now, for reporting a hung instance;
+        # written by the executing thread, read by the loop (one reference: atomic).
+        self._executing: tuple[int, int] | None = None
         self._thread = threading.Thread(target=self._run, name=f"instance-{spec.name}", daemon=True)
 
     def start(self) -> None:
@@ -126,6 +129,12 @@ class ModelInstance:
             log.exception("finalize failed for instance %s", self.spec.name)
 
     @property
+    def executing(self) -> tuple[int, int] | None:
+        """When the batch executing now started (monotonic ns) and how many requests it
+        holds; None while the instance is idle."""
+        return self._executing
+
+    @property
     def inline_ready(self) -> bool:
         """Whether a lone request may run on the loop now (see the module's rule)."""
         return (
@@ -160,6 +169,7 @@ class ModelInstance:
     ) -> None:
         """Run one batch and hand its outcome to ``on_batch_done`` through ``deliver``."""
         timing = ComputeTiming(start_ns=time.monotonic_ns())
+        self._executing = (timing.start_ns, len(batch))
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
             log.debug(
                 "model %s, instance %s, executing %d requests",
@@ -180,6 +190,7 @@ class ModelInstance:
             log.exception("execute failed on instance %s", self.spec.name)
             responses = InternalError(f"{type(exc).__name__}: {exc}")
         timing.close()
+        self._executing = None
         short = timing.end_ns - timing.start_ns < INLINE_BUDGET_NS
         self._short_streak = self._short_streak + 1 if short else 0
         # Before the next batch: a sequence's state and re-queued requests are settled

@@ -95,6 +95,8 @@ class Model:
         self._backend_model = backend_model
         self._scheduler = create_scheduler(spec, self._reject_threadsafe, model_dir)
         self._instances: list[ModelInstance] = []
+        # instance index -> start of the execution last reported busy (hung or slow)
+        self._reported_executions: dict[int, int] = {}
         # A lone request may execute on the loop (runtime/instance.py): this backend holds
         # the GIL anyway, and the scheduler would hand a lone request over at once.
         self._inline = backend_model.loop_execution and self._scheduler.dispatches_lone_at_once
@@ -352,9 +354,30 @@ class Model:
         reason = (
             FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.REJECTED
         )
-        self.stats.record_request_failure(request.arrival_ns, time.monotonic_ns(), reason)
+        now = time.monotonic_ns()
+        self.stats.record_request_failure(request.arrival_ns, now, reason)
+        if reason is FailureReason.REJECTED:
+            self._report_busy_instances(now)
         self._release(request, InferenceResponse.failed(error.with_request_id(request.id)))
         self._signal_if_drained()
+
+    def _report_busy_instances(self, now: int) -> None:
+        """A queued request timed out: name each instance busy with a batch now, and for
+        how long, once per batch (a hung model, or a slow one)."""
+        for instance in self._instances:
+            running = instance.executing
+            if running is None or self._reported_executions.get(instance.index) == running[0]:
+                continue
+            self._reported_executions[instance.index] = running[0]
+            log.warning(
+                "model '%s' version %d: a queued request timed out while instance '%s' has "
+                "been executing one batch of %d request(s) for %.1f s",
+                self.name,
+                self.version,
+                instance.spec.name,
+                running[1],
+                (now - running[0]) / 1e9,
+            )
 
     def _batch_done(
         self,

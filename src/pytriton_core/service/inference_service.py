@@ -33,6 +33,7 @@ from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
 from pytriton_core.options import ModelControlMode, ServerOptions
 from pytriton_core.repository.manager import IndexEntry, ModelManager
 from pytriton_core.runtime.model import Model
+from pytriton_core.service import census
 from pytriton_core.service.statistics_report import statistics_document
 from pytriton_core.tracing import RequestTrace, SettingChange, TraceManager
 
@@ -330,6 +331,15 @@ class InferenceService:
         ``--workers N`` before the call returns."""
         if self._peers is not None:
             self._peers.replay(method, args)
+
+    # ---------------------------------------------------------- leak checks
+
+    def live_objects(self) -> dict[str, int]:
+        """What requests left alive (``census.live_objects``); only with
+        ``--debug-live-objects``."""
+        if not self.options.debug_live_objects:
+            raise UnavailableError("live object counts need --debug-live-objects=true")
+        return census.live_objects()
 
     # ---------------------------------------------------------- log settings
 

@@ -53,10 +53,6 @@ def _message(name: str) -> Any:
     return proto.inference(name)
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: ServerError) -> None:
-    await context.abort(grpc.StatusCode[error.grpc_status_name], error.message)
-
-
 def answering_errors(
     method: Unary, rpc: str, restriction: Restriction | None = None
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
@@ -73,19 +69,28 @@ def answering_errors(
             log.debug("Process for %s, rpc_ok=1, %d step START", handler, number)
         if restriction is not None:
             await refuse_unless_allowed(restriction, context)
+        failure: ServerError | None = None
         try:
             if pass_context:
                 return await method(request, context)
             return await method(request)
         except ServerError as exc:
-            await _abort(context, exc)
+            failure = exc
         except Exception as exc:
             log.exception("%s failed", rpc)
-            await _abort(context, InternalError(f"{type(exc).__name__}: {exc}"))
+            failure = InternalError(f"{type(exc).__name__}: {exc}")
         finally:
             if verbose:
                 log.debug("Process for %s, rpc_ok=1, %d step COMPLETE", handler, number)
                 log.debug("Done for %s, %d", handler, number)
+        # Aborted outside the except clause and with the error dropped first: grpc.aio keeps
+        # the exception its abort raises after the call ends, and that one would otherwise
+        # hold ours (as its context, or through this frame), whose traceback holds the
+        # request's frames, tensors and all (found by the leak check, tests/integration/leaks.py).
+        assert failure is not None
+        status, message = grpc.StatusCode[failure.grpc_status_name], failure.message
+        del failure
+        await context.abort(status, message)
 
     return call
 

@@ -186,6 +186,12 @@ def build_router(service: InferenceService) -> Router:
     )
     add_shared_memory_routes(router, service)
     add_settings_routes(router, service)
+    if service.options.debug_live_objects:
+
+        async def live_objects(request: Request, match: RouteMatch) -> HttpResponse:
+            return json_response(service.live_objects())
+
+        router.add(r"/v2/debug/live_objects", ApiCategory.STATISTICS, GET=live_objects)
     return router
 
 

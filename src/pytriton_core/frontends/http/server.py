@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 
 _MAX_PENDING_BYTES = 64 << 20  # stop reading from a client that queues more body bytes
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# A request the server has no memory to hold (its body, say, under a memory limit).
+_OUT_OF_MEMORY = "out of memory: the server cannot hold this request now"
 _PROBED_COMMENT = b"%x\r\n%s\r\n" % (len(SSE_COMMENT), SSE_COMMENT)
 # How often a probed connection's socket is checked: soon, then less often.
 _PEER_CHECK_FIRST_S = 0.002
@@ -257,12 +259,16 @@ class HttpProtocol(asyncio.Protocol):
         failure: _BrokenStream | None = None
         try:
             self._feed(data)
+        except MemoryError:
+            failure = _BrokenStream(503, _OUT_OF_MEMORY)
         except httptools.HttpParserError as exc:
             # A refusal of the framing layer carries the status to answer with; the size
             # limits (413, 431) say what the limit is, the rest read as malformed HTTP.
             framing = framing_error(exc)
             status = framing.status if framing is not None else 400
             message = str(framing) if status != 400 else f"malformed HTTP request: {exc}"
+            if isinstance(exc.__context__, MemoryError):  # raised in a parser callback
+                status, message = 503, _OUT_OF_MEMORY
             failure = _BrokenStream(status, message)
         # Requests completed before the bad bytes are answered first, in order.
         completed = self._assembler.drain()
