@@ -18,8 +18,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from certificates import make_certificates
+from control_models import SIMPLE_CONFIG, SIMPLE_MODEL
 from geventhttpclient.response import HTTPConnectionClosed
-from harness import ServerError, ServerHandle, find_perf_analyzer, run_pytriton_server
+from harness import (
+    ServerError,
+    ServerHandle,
+    find_perf_analyzer,
+    run_pytriton_server,
+    write_python_model,
+)
 from robustness import fp32_input, write_identity_model
 from tritonclient.utils import InferenceServerException
 
@@ -97,19 +104,60 @@ def test_https_through_tritonclient(tmp_path: Path) -> None:
         assert "(SSL)" in server.log()
 
 
-def test_mutual_tls_over_http(tmp_path: Path) -> None:
+def _simple_as_the_examples_do(
+    client: httpclient.InferenceServerClient | grpcclient.InferenceServerClient,
+) -> None:
+    """What Triton's simple_{http,grpc}_infer_client.py check, in our words: the sum and
+    difference of two INT32 [1, 16] inputs with both outputs asked for, then statistics."""
+    module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+    first = np.arange(16, dtype=np.int32).reshape(1, 16)
+    second = np.full((1, 16), 3, dtype=np.int32)
+    inputs = [module.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+    for tensor, data in zip(inputs, (first, second), strict=True):
+        tensor.set_data_from_numpy(data)
+    outputs = [module.InferRequestedOutput(name) for name in ("OUTPUT0", "OUTPUT1")]
+    result = client.infer("simple", inputs, outputs=outputs)
+    assert np.array_equal(result.as_numpy("OUTPUT0"), first + second)
+    assert np.array_equal(result.as_numpy("OUTPUT1"), first - second)
+    statistics = client.get_inference_statistics(model_name="simple")
+    stats = statistics["model_stats"] if isinstance(statistics, dict) else statistics.model_stats
+    assert len(stats) == 1
+
+
+def test_mutual_tls_over_http_and_grpc(tmp_path: Path) -> None:
+    """Both protocols with client certificates at once, as Triton's simple infer examples
+    connect with --ssl and their certificate options (the unchanged examples' run: the
+    issue #20 note)."""
     certs = make_certificates(tmp_path / "certs")
-    flags = _tls_flags(certs, mutual=True)
+    root = _repository(tmp_path)
+    write_python_model(root, "simple", SIMPLE_CONFIG, SIMPLE_MODEL)
+    flags = _tls_flags(certs, mutual=True, grpc=True)
     with run_pytriton_server(
-        _repository(tmp_path), *flags, https=_context(certs, client_certificate=True)
+        root, *flags, https=_context(certs, client_certificate=True)
     ) as server:
         client = _https_client(server, certs, client_certificate=True)
         _infer(client)
+        _simple_as_the_examples_do(client)
         client.close()
         without = _https_client(server, certs)
         with pytest.raises((ssl.SSLError, OSError, HTTPConnectionClosed)):
             without.is_server_live()
         without.close()
+        grpc_client = grpcclient.InferenceServerClient(
+            server.grpc_url.replace("127.0.0.1", "localhost"),
+            ssl=True,
+            root_certificates=str(certs["ca"]),
+            private_key=str(certs["client_key"]),
+            certificate_chain=str(certs["client_cert"]),
+        )
+        _simple_as_the_examples_do(grpc_client)
+        grpc_client.close()
+        grpc_without = grpcclient.InferenceServerClient(
+            server.grpc_url, ssl=True, root_certificates=str(certs["ca"])
+        )
+        with pytest.raises(InferenceServerException, match="UNAVAILABLE"):
+            grpc_without.is_server_live(client_timeout=30)
+        grpc_without.close()
 
 
 def test_sighup_reloads_both_protocols_certificates(tmp_path: Path) -> None:
