@@ -1,19 +1,23 @@
 """Soak: pytriton-core under HTTP, gRPC, gRPC streaming and system shared-memory clients at
-once, sampling the server's RSS, open descriptors, threads and shared-memory mappings; after
-warm-up nothing may grow.
+once, sampling the server's RSS, open descriptors, threads, shared-memory mappings, live
+requests and pooled buffer bytes in use; after warm-up nothing may grow, and once the clients
+stop nothing they caused may be left alive.
 
     .venv/bin/python -m bench.soak --seconds 60           # a minute (what CI runs, shorter)
-    .venv/bin/python -m bench.soak --seconds 3600 --concurrency 8   # the hour-long soak
+    .venv/bin/python -m bench.soak --seconds 3600 --concurrency 4 --interval 60   # the hour
 
 Every answer is checked to be exactly the request's values. The run fails (exit status 1)
 on any wrong or failed answer, or when the end sample exceeds the sample taken after
 warm-up by more than the slack (``--rss-slack-mib``, ``--fd-slack``, ``--thread-slack``,
-``--mapping-slack``). Samples are printed as they are taken, the verdict at the end.
+``--mapping-slack``), or when, after the clients stopped, the server still holds a request,
+a response, a view of a region or a pooled buffer (its ``--debug-live-objects`` census).
+Samples are printed as they are taken, the verdict at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import socket
@@ -60,7 +64,13 @@ class Sample:
     fds: int
     threads: int
     shm_mappings: int
+    live_requests: int  # the census's, at the moment of the sample (requests in flight)
+    pooled_kib: float  # pooled buffer bytes handed out at that moment
     answers: int
+
+
+# What the census must count zero of once no client is left.
+_MUST_END_AT_ZERO = ("requests", "responses", "shm_region_views", "pooled_bytes_in_use")
 
 
 def _free_ports(count: int) -> list[int]:
@@ -218,6 +228,7 @@ def _start_server(root: Path, http_port: int, grpc_port: int) -> subprocess.Pope
         "--allow-metrics=false",
         "--allow-client-shm=true",
         "--log-verbose=0",
+        "--debug-live-objects=true",
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
@@ -234,14 +245,35 @@ def _start_server(root: Path, http_port: int, grpc_port: int) -> subprocess.Pope
     raise RuntimeError("the server never became ready")
 
 
-def _sample(pid: int, started: float, counter: Counter) -> Sample:
+def _census(http_url: str) -> dict[str, int]:
+    """The server's count of what requests left alive (``--debug-live-objects``)."""
+    with urllib.request.urlopen(f"http://{http_url}/v2/debug/live_objects", timeout=120) as r:
+        counts: dict[str, int] = json.loads(r.read())
+    return counts
+
+
+def _leftovers(http_url: str, settle_s: float = 30.0) -> dict[str, int]:
+    """What the server still holds once no client is left (waiting ``settle_s`` at most)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        counts = _census(http_url)
+        left = {name: counts[name] for name in _MUST_END_AT_ZERO if counts[name]}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def _sample(pid: int, http_url: str, started: float, counter: Counter) -> Sample:
     tree = sample_tree(pid)
+    census = _census(http_url)
     return Sample(
         time.monotonic() - started,
         tree.rss_bytes / (1 << 20),
         len(os.listdir(f"/proc/{pid}/fd")),
         _threads(pid),
         _shm_mappings(pid),
+        census["requests"],
+        census["pooled_bytes_in_use"] / 1024,
         counter.answers,
     )
 
@@ -249,7 +281,8 @@ def _sample(pid: int, started: float, counter: Counter) -> Sample:
 def _print(sample: Sample, label: str = "") -> None:
     print(
         f"{sample.at_s:>8.0f} {sample.rss_mib:>9.1f} {sample.fds:>5} {sample.threads:>7} "
-        f"{sample.shm_mappings:>5} {sample.answers:>9}  {label}",
+        f"{sample.shm_mappings:>5} {sample.live_requests:>5} {sample.pooled_kib:>10.0f} "
+        f"{sample.answers:>9}  {label}",
         flush=True,
     )
 
@@ -289,14 +322,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for client in clients:
         client.start()
-    print(f"{'at_s':>8} {'rss_mib':>9} {'fds':>5} {'threads':>7} {'shm':>5} {'answers':>9}")
+    print(
+        f"{'at_s':>8} {'rss_mib':>9} {'fds':>5} {'threads':>7} {'shm':>5} {'live':>5} "
+        f"{'pooled_kib':>10} {'answers':>9}"
+    )
     warm: Sample | None = None
-    last = _sample(server.pid, started, counter)
+    last = _sample(server.pid, http_url, started, counter)
     _print(last, "start")
+    left: dict[str, int] = {}
     try:
         while last.at_s < args.seconds:
             time.sleep(min(args.interval, max(args.seconds - last.at_s, 0.1)))
-            last = _sample(server.pid, started, counter)
+            last = _sample(server.pid, http_url, started, counter)
             label = ""
             if warm is None and last.at_s >= args.seconds * args.warmup:
                 warm, label = last, "after warm-up"
@@ -305,10 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         for client in clients:
             client.join(timeout=120)
+        left = _leftovers(http_url)
         server.terminate()
         server.wait(timeout=120)
     assert warm is not None
     problems = list(counter.failures)
+    if left:
+        problems.append(f"left alive after the clients stopped: {left}")
     for name, grown, slack in (
         ("RSS (MiB)", last.rss_mib - warm.rss_mib, args.rss_slack_mib),
         ("descriptors", last.fds - warm.fds, args.fd_slack),
@@ -319,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{name} grew by {grown:g} after warm-up (slack {slack:g})")
     rate = (last.answers - warm.answers) / max(last.at_s - warm.at_s, 1e-9)
     print(f"answers after warm-up: {last.answers - warm.answers} ({rate:.0f}/s)")
+    if not left:
+        print("after the clients stopped: no request, response, region view or pooled buffer left")
     print("FAILED:\n  " + "\n  ".join(problems) if problems else "flat: ok")
     return 1 if problems else 0
 

@@ -1,7 +1,8 @@
 """The soak command (bench/soak.py) for a short run: HTTP, gRPC, gRPC streaming and system
 shared-memory clients at once, every answer exact, and after warm-up the server's RSS,
-descriptors, threads and shared-memory mappings within the command's slack (it exits 1
-otherwise). The hour-long run is ``python -m bench.soak --seconds 3600``."""
+descriptors, threads and shared-memory mappings within the command's slack, and once the
+clients stop, no request, response, region view or pooled buffer left in the server (it
+exits 1 otherwise). The hour-long run is ``python -m bench.soak --seconds 3600``."""
 
 from __future__ import annotations
 
@@ -24,3 +25,4 @@ def test_a_short_soak_is_flat() -> None:
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "flat: ok" in result.stdout
     assert "after warm-up" in result.stdout
+    assert "after the clients stopped: no request, response" in result.stdout
