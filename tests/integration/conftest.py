@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -49,6 +50,22 @@ def witness(server: ServerHandle) -> Iterator[Witness]:
 def leak_check(server: ServerHandle) -> Iterator[None]:
     """After the test, the module's ``server`` holds no live request, response, shm view or
     pooled buffer, and no more shm mappings than before it (leaks.py)."""
+    baseline = live_objects(server)
+    yield
+    check_no_leaks(server, baseline)
+
+
+@pytest.fixture(autouse=True)
+def leak_check_everywhere(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With PYTRITON_LEAK_CHECK=1, every test using a module's pytriton-core ``server`` gets
+    the leak check (the modules marked with ``leak_check`` always do)."""
+    if os.environ.get("PYTRITON_LEAK_CHECK") != "1" or "server" not in request.fixturenames:
+        yield
+        return
+    server = request.getfixturevalue("server")
+    if not isinstance(server, ServerHandle) or server.name != "pytriton-core":
+        yield
+        return
     baseline = live_objects(server)
     yield
     check_no_leaks(server, baseline)
