@@ -572,3 +572,25 @@ def test_client_sees_status_and_message(
     assert raised.status() == "500"
     assert "ValueError: INPUT0 must not be negative" in raised.message()
     assert_still_serving(connection, client)
+
+
+@pytest.mark.parametrize(
+    "misplaced",
+    [
+        {"parameters": {"data": [1.0, 2.0, 3.0]}},  # data belongs to the input itself
+        {"binary_data_size": 12},  # and binary_data_size to its parameters
+    ],
+    ids=["data_in_parameters", "binary_data_size_outside_parameters"],
+)
+def test_a_data_source_in_the_wrong_place_is_no_source(
+    connection: http.client.HTTPConnection,
+    client: httpclient.InferenceServerClient,
+    misplaced: dict[str, Any],
+) -> None:
+    # Found by the json_infer fuzzer: each was taken for the input's source, then looked up
+    # where it is not (a KeyError, answered 500).
+    entry = {"name": "INPUT0", "shape": [1, 3], "datatype": "FP32", **misplaced}
+    answer = send(connection, "POST", GOOD_PATH, json_body([entry]))
+    assert answer.status == 400, answer.body
+    assert answer.message.endswith("But no field is set"), answer.message
+    assert_still_serving(connection, client)

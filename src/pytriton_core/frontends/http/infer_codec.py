@@ -222,7 +222,11 @@ def _input_tensor(
     parameters = entry.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"'parameters' of input '{name}' must be a JSON object")
-    present = [key for key in _DATA_SOURCES if key in entry or key in parameters]
+    # "data" is a member of the input, the other two are parameters (as in Triton); one in
+    # the other place is not a source (it was taken for one, then looked up where it is not).
+    present = [
+        key for key in _DATA_SOURCES if (key in entry if key == "data" else key in parameters)
+    ]
     if len(present) != 1:
         raise InvalidArgumentError(
             "Input must set only one of the following fields: 'data', 'binary_data_size' in "
