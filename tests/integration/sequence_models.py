@@ -217,6 +217,9 @@ ACCUMULATOR_MODELS = [
 ]
 INITIAL_SUM = 100  # what initial_state/start.bin holds for state_python
 IDLE_US = 300_000
+# The state models' sequences outlive a slow first execution on a loaded machine (the
+# default idle release is 1 s; a released sequence's next request would lack its START).
+STATE_SEQUENCE = "sequence_batching {\n max_sequence_idle_microseconds: 60000000\n"
 
 
 def _python_model(repository: Path, name: str, config: str, code: str) -> None:
@@ -292,7 +295,7 @@ def _framework_state_models(repository: Path, state_io: str, state: str) -> None
         (folder / "config.pbtxt").write_text(
             f'name: "{name}"\nbackend: "{backend}"\n'
             + state_io
-            + "sequence_batching {\n"
+            + STATE_SEQUENCE
             + state
             + "}\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"
         )
@@ -354,7 +357,7 @@ def write_repository(repository: Path) -> None:
     from_file = (
         'initial_state { name: "start" data_type: TYPE_INT32 dims: [ 1 ] data_file: "start.bin" }'
     )
-    state_python = state_io + "sequence_batching {\n" + start_controls + STATE % from_file + "}\n"
+    state_python = state_io + STATE_SEQUENCE + start_controls + STATE % from_file + "}\n"
     _python_model(repository, "state_python", state_python, STATE_PYTHON)
     folder = repository / "state_python" / "initial_state"
     folder.mkdir()
@@ -366,7 +369,7 @@ def write_repository(repository: Path) -> None:
     (onnx_folder / "config.pbtxt").write_text(
         'name: "state_onnx"\nbackend: "onnxruntime"\n'
         + state_io
-        + "sequence_batching {\n"
+        + STATE_SEQUENCE
         + start_controls
         + STATE % zero
         + "}\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"
