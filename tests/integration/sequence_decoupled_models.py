@@ -7,7 +7,8 @@
   from the last response that carries it and the sequence's next request waits for it.
   INPUT ``FAIL`` is answered with an error response (the state stays), INPUT ``RAISE``
   makes ``execute`` raise. Four slots (direct) or two candidate sequences (oldest) per
-  instance: more sequences than that wait in the backlog.
+  instance: more sequences than that wait in the backlog. ``dstate_process`` is
+  ``dstate_direct`` in a worker process (``EXECUTION_MODE: process``).
 * ``ordered_decoupled``: the oldest strategy with ``preserve_ordering``; the requests of a
   batch answer in reverse order (the last one first, from threads of their own), two
   responses each, saying which execution and position they belong to.
@@ -115,6 +116,8 @@ STATE = """
   } ]
 """
 
+PROCESS_MODE = 'parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }\n'
+
 COMMON = """
 backend: "python"
 max_batch_size: 4
@@ -145,6 +148,7 @@ def write_repository(repository: Path, *, state: bool = True) -> None:
                 "oldest { max_candidate_sequences: 2 max_queue_delay_microseconds: 1000 }"
             ),
         }
+        strategies["dstate_process"] = strategies["dstate_direct"]
         for name, strategy in strategies.items():
             config = (
                 io
@@ -154,6 +158,8 @@ def write_repository(repository: Path, *, state: bool = True) -> None:
                 + STATE
                 + "}\n"
             )
+            if name == "dstate_process":  # the model in a worker process of its own
+                config += PROCESS_MODE
             folder = _model(repository, name, config, STATE_MODEL)
             (folder / "initial_state").mkdir()
             (folder / "initial_state" / "start.bin").write_bytes(

@@ -25,7 +25,7 @@ from sequence_decoupled_models import FAIL, INITIAL_SUM, RAISE, write_repository
 
 SELF_CHECK = os.environ.get("SEQUENCE_SELF_CHECK") == "1"
 ours_only = pytest.mark.skipif(SELF_CHECK, reason="Triton 2.51's Python backend keeps no state")
-STATE_MODELS = ["dstate_direct", "dstate_oldest"]
+STATE_MODELS = ["dstate_direct", "dstate_oldest", "dstate_process"]
 
 
 @pytest.fixture(scope="module")
