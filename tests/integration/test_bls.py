@@ -295,6 +295,74 @@ input [ { name: "DEPTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "DEPTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
+# Answers with the name of the thread it executes on.
+THREAD_NAME = """
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        name = np.array([threading.current_thread().name.encode()], np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("THREAD", name)]) for _ in requests]
+"""
+
+THREAD_NAME_CONFIG = """
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+output [ { name: "THREAD" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+# The same with a dynamic batcher (X [4] per batch entry, the caller's X a batch of one).
+THREAD_NAME_BATCHED_CONFIG = """
+max_batch_size: 4
+dynamic_batching { }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "THREAD" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+# Calls the model named by the request parameter "target" with X, and answers with its own
+# thread's name and the target's answer (THREAD), or with the target's error.
+THREAD_CALLER = """
+import json
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            answer = pb_utils.InferenceRequest(
+                model_name=json.loads(request.parameters())["target"],
+                requested_output_names=["THREAD"],
+                inputs=[pb_utils.get_input_tensor_by_name(request, "X")],
+            ).exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=answer.error()))
+                continue
+            own = np.array([threading.current_thread().name.encode()], np.object_)
+            target = pb_utils.get_output_tensor_by_name(answer, "THREAD").as_numpy()
+            target = target.reshape(-1)
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("CALLER", own), pb_utils.Tensor("TARGET", target)]
+                )
+            )
+        return responses
+"""
+
+THREAD_CALLER_CONFIG = """
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+output [
+  { name: "CALLER" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+
 WAIT_S = 120.0
 
 
@@ -324,6 +392,15 @@ def _repository(root: Path) -> None:
     write_python(root, "manager", MANAGER, MANAGER_CONFIG)
     write_python(root, "managed", ADD_SUB, ADD_SUB_CONFIG)
     write_python(root, "recursive", RECURSIVE, RECURSIVE_CONFIG)
+    write_python(root, "thread_name", THREAD_NAME, THREAD_NAME_CONFIG)
+    write_python(
+        root,
+        "thread_name_batched",
+        THREAD_NAME,
+        THREAD_NAME_BATCHED_CONFIG,
+    )
+    write_python(root, "thread_raising", RAISING, THREAD_NAME_CONFIG)
+    write_python(root, "thread_caller", THREAD_CALLER, THREAD_CALLER_CONFIG)
     write_python(
         root,
         "recursive_pair",
@@ -351,6 +428,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             "manager",
             "recursive",
             "recursive_pair",
+            "thread_name",
+            "thread_name_batched",
+            "thread_raising",
+            "thread_caller",
         )
     ]
     with run_pytriton_server(root, "--model-control-mode=explicit", *startup) as handle:
@@ -494,3 +575,61 @@ def test_a_model_calling_itself_without_a_free_instance_fails(
         _depth(client, module, "recursive_pair", 2)
     # The server still serves.
     assert _depth(client, module, "recursive", 0).as_numpy("DEPTH").tolist() == [0]
+
+
+def _counts(client: httpclient.InferenceServerClient, model: str) -> tuple[int, int, int, int]:
+    """(successes, failures, executions, compute_infer ns) of the model's statistics."""
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    inference = stats["inference_stats"]
+    return (
+        inference["success"]["count"],
+        inference["fail"]["count"],
+        stats["execution_count"],
+        inference["compute_infer"]["ns"],
+    )
+
+
+def _thread_call(http: httpclient.InferenceServerClient, target: str) -> tuple[str, str]:
+    x = np.zeros((1, 4), np.float32)
+    result = http.infer(
+        "thread_caller", [_tensor(httpclient, "X", x)], parameters={"target": target}
+    )
+    caller = result.as_numpy("CALLER")[0]
+    target_thread = result.as_numpy("TARGET")[0]
+    return caller.decode(), target_thread.decode()
+
+
+def test_a_call_to_an_idle_default_scheduled_model_runs_on_the_callers_thread(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    """The target executes on the caller's thread (no hand-off), and is counted in its
+    statistics as a queued execution would be."""
+    before = _counts(http, "thread_name")
+    caller, target = _thread_call(http, "thread_name")
+    assert caller == target == "instance-thread_caller_0"
+    successes, failures, executions, compute_ns = _counts(http, "thread_name")
+    assert (successes, failures, executions) == (before[0] + 1, before[1], before[2] + 1)
+    assert compute_ns > before[3]
+
+
+def test_a_call_to_a_batching_model_goes_through_its_queue(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    """A dynamic batcher must see the request (it may batch it with others): the target
+    executes on its own instance's thread."""
+    caller, target = _thread_call(http, "thread_name_batched")
+    assert caller == "instance-thread_caller_0"
+    assert target == "instance-thread_name_batched_0"
+
+
+def test_a_failing_call_on_the_callers_thread_counts_as_a_failure(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    before = _counts(http, "thread_raising")
+    with pytest.raises(InferenceServerException) as caught:
+        _thread_call(http, "thread_raising")
+    assert caught.value.message().startswith(
+        "Failed to process the request(s) for model 'thread_raising_0', message: ValueError: boom"
+    )
+    successes, failures, executions, _ = _counts(http, "thread_raising")
+    assert (successes, failures, executions) == (before[0], before[1] + 1, before[2] + 1)

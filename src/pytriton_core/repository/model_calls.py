@@ -62,6 +62,15 @@ class InProcessCalls:
             # threads (or its model's own loop), never inline on the server's loop.
             raise InternalError(BLS_ON_LOOP)
 
+        try:
+            # A call that can run at once runs here, on the caller's thread (see
+            # ``Model.execute_direct``); the manager's tables may be read from any thread.
+            if self._manager.get(request.model_name, request.model_version).execute_direct(request):
+                return
+        except ServerError as exc:
+            refused(exc)
+            return
+
         def submit_on_loop() -> None:
             try:
                 self._manager.get(request.model_name, request.model_version).submit(request)

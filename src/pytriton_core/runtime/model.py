@@ -3,6 +3,12 @@
 Requests enter through ``submit`` (on the event loop): they are validated, queued, taken
 by an instance's worker thread, and their responses come back to the loop in
 ``_batch_done``, which also keeps the statistics.
+
+A BLS call from another model's thread may instead run at once on that thread
+(``execute_direct``) when the model's default scheduler has nothing queued and an instance
+is idle: no hand-off to the loop or to the instance's thread and back. Its response goes to
+the caller from there; its statistics are counted on the loop, queued before the caller's
+own execution can end, so they are in place before the caller's response is delivered.
 """
 
 from __future__ import annotations
@@ -124,6 +130,15 @@ class Model:
         self._misses: dict[int, tuple[bytes, int]] = {}
         self._rate_limiter = services.rate_limiter
         self._rate_limit_slots: list[InstanceSlot] = []
+        # A BLS call may execute on its caller's thread (``execute_direct``) where the
+        # default scheduler would hand a lone request to the next idle instance and
+        # nothing about the response is kept or ordered here.
+        self._direct = (
+            self._scheduler.direct_execution
+            and not spec.decoupled
+            and self._cache is None
+            and self._release_order is None
+        )
 
     def start(self, instance_specs: Sequence[InstanceSpec]) -> None:
         """Create the instances (blocking: call from a worker thread, not the loop)."""
@@ -199,7 +214,7 @@ class Model:
             and self._backend_model.loop_execution  # a Python model may turn it off
         ):
             instance = self._instances[0]
-            if instance.inline_ready:
+            if instance.inline_ready and instance.claim():
                 # Nothing queued or executing: the instance's thread is idle, and this
                 # request would be its next batch at once. Run it here, without the two
                 # thread wake-ups; its response is delivered before submit returns. Only
@@ -230,6 +245,95 @@ class Model:
         if self._release_order is not None:
             self._release_order.append(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
+
+    def execute_direct(self, request: InferenceRequest) -> bool:
+        """Run a BLS request on the calling thread (a model's, never the loop's) if it can
+        run at once (see the module docstring): True once it has executed and its final
+        response, if the model returned one, was delivered; False when it is left to
+        ``submit`` on the loop. Raises what ``submit`` would refuse it with."""
+        if not (
+            self._direct
+            and self._backend_model.loop_execution  # holds the GIL, waits on no server
+            and self._scheduler.accepting
+            and request.compute_observer is None
+            and not self._scheduler.pending_count()  # queued requests go first
+        ):
+            return False
+        instance = next((i for i in self._instances if i.claim()), None)
+        if instance is None:
+            return False
+        try:
+            self._admit(request)
+        except BaseException:
+            instance.release()
+            raise
+        responses, timing, retained = instance.execute_claimed([request])
+        end_ns = time.monotonic_ns()
+        if request.trace is not None:
+            _trace_compute(request, timing)
+        schedule = self._loop.call_soon_threadsafe
+        if isinstance(responses, ServerError):
+            schedule(self._count_failed_execution, [request], responses, end_ns)
+            request.deliver(InferenceResponse.failed(responses), True)
+            return True
+        timing.end_ns = end_ns
+        kept = retained.get(0)
+        assert not isinstance(kept, Requeued)  # the default scheduler re-queues nothing
+        response = responses[0]
+        if kept is not None:
+            response = InferenceResponse.failed(kept)
+        schedule(
+            self._count_direct, request, timing, end_ns, kept is not None, response is not None
+        )
+        if response is None:  # answered through its response sender
+            return True
+        if response.error is None:
+            response = self._apply_classification(request, response)
+        request.deliver(response, True)
+        return True
+
+    def _count_direct(
+        self,
+        request: InferenceRequest,
+        timing: ComputeTiming,
+        end_ns: int,
+        refused: bool,
+        answered: bool,
+    ) -> None:
+        """The statistics of a request ``execute_direct`` ran (on the loop), as
+        ``_batch_done`` counts them (``answered``: not through its response sender)."""
+        stats = self.stats
+        stats.record_execution(request.batch_size, timing, request.batch_size)
+        self._count_success(request, timing, end_ns, refused)
+        if answered and stats.first_response is not None:
+            stats.record_first_response(request.arrival_ns, end_ns)
+
+    def _count_success(
+        self, request: InferenceRequest, timing: ComputeTiming, end_ns: int, refused: bool
+    ) -> None:
+        """A request's execution ended with an answer (``refused``: a reschedule that could
+        not be honoured, which fails it as well)."""
+        stats = self.stats
+        start_ns = request.queue_start_ns
+        stats.record_request_success(start_ns, start_ns, timing, end_ns)
+        if request.compute_observer is not None:
+            request.compute_observer(timing)
+        if refused:
+            stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
+
+    def _count_failed_execution(
+        self, batch: list[InferenceRequest], error: ServerError, end_ns: int
+    ) -> None:
+        """The execution itself failed: every request fails; Triton counts the execution
+        but no inferences for it."""
+        stats = self.stats
+        stats.execution_count += 1
+        reason = (
+            FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.BACKEND
+        )
+        for request in batch:
+            if not request.padding:
+                stats.record_request_failure(request.arrival_ns, end_ns, reason)
 
     def _admit(self, request: InferenceRequest) -> None:
         """Refuse a request the model cannot take now; start its queue time."""
@@ -372,20 +476,12 @@ class Model:
             if request.trace is not None:
                 _trace_compute(request, timing)
         if isinstance(responses, ServerError):
-            # The execution itself failed: every request fails; Triton counts the execution
-            # but no inferences for it.
-            stats.execution_count += 1
-            reason = (
-                FailureReason.CANCELED
-                if responses.code is ErrorCode.CANCELLED
-                else FailureReason.BACKEND
-            )
+            self._count_failed_execution(batch, responses, end_ns)
             for request in batch:
                 if request.padding:
                     continue
                 self._in_flight -= 1
                 self._forget_miss(request)
-                stats.record_request_failure(request.arrival_ns, end_ns, reason)
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
             return
@@ -408,13 +504,9 @@ class Model:
                 start_ns = kept.queue_start_ns
                 stats.record_request_success(start_ns, start_ns, timing, end_ns)
                 continue  # queued again: not finished
-            start_ns = request.queue_start_ns
-            stats.record_request_success(start_ns, start_ns, timing, end_ns)
-            if request.compute_observer is not None:
-                request.compute_observer(timing)
+            # A reschedule that could not be honoured fails the request, as in Triton.
+            self._count_success(request, timing, end_ns, kept is not None)
             if kept is not None:
-                # A reschedule that could not be honoured: the request fails, as in Triton.
-                stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
                 response = InferenceResponse.failed(kept)
             self._in_flight -= 1
             if response is None:  # answered through its response sender

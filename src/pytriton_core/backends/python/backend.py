@@ -363,7 +363,7 @@ class PythonInstance(BackendInstance):
     ) -> Any:
         bridge = self._bridge
         if bridge is not None and threading.get_ident() != self._worker:
-            bridge = bridge.on_event_loop()  # it cannot wait for the loop it runs on
+            bridge = bridge.on_event_loop()  # on the loop or a BLS caller's thread
         with self._scope("execute", bridge):
             try:
                 result = self._python_model.execute(pb_requests)

@@ -12,9 +12,10 @@ to a model none of whose instances can get free (say, a model calling itself fro
 instance).
 
 A model that calls the server never executes on the server's event loop (the loop would
-have to deliver the answer it waits for): the Python backend keeps such a model in its
-instance's thread (``PythonModel.loop_execution``), and a bridge made for an execution on
-the loop (``on_event_loop``) refuses every call, telling the model it moves to its thread.
+have to deliver the answer it waits for) nor on a BLS caller's thread (``execute_direct``
+in runtime/model.py): the Python backend keeps such a model in its instance's thread
+(``PythonModel.loop_execution``), and a bridge made for an execution elsewhere
+(``on_event_loop``) refuses every call, telling the model it moves to its thread.
 """
 
 from __future__ import annotations
@@ -194,8 +195,9 @@ class BlsBridge:
             self._on_call()
         if self._on_loop:
             raise InternalError(
-                f"model '{self._caller.model[0]}' called the server from an execution on "
-                "the server's event loop, which cannot wait for the answer; its executions "
+                f"model '{self._caller.model[0]}' called the server from an execution "
+                "outside its instance's thread (on the server's event loop, or on the "
+                "thread of a model calling it), which cannot wait for the answer; its executions "
                 "run in its instance's thread from now on (the model parameter "
                 'EXECUTE_ON_EVENT_LOOP: "no" keeps them there from the start)'
             )
