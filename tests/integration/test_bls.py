@@ -21,10 +21,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
 from pipeline_models import ADD_SUB, ADD_SUB_CONFIG, REPEAT, REPEAT_CONFIG, parameter, write_python
+from trace_files import CORE_STAMPS, read_traces, trace_stamps, traces_written
 from tritonclient.utils import InferenceServerException
 
 # Runs INPUT0/INPUT1 on the model named by the request parameter "target" and answers with
-# its outputs, or with its error (code kept) when the call failed.
+# its outputs, or with its error (code kept) when the call failed; passes its request's
+# trace to the call when the parameter "pass_trace" is true.
 CALLER = """
 import json
 
@@ -35,15 +37,18 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            target = json.loads(request.parameters())["target"]
+            parameters = json.loads(request.parameters())
+            # "pass_trace": the call is traced as a child of this request, if it is traced.
+            traced = {"trace": request.trace()} if parameters.get("pass_trace") else {}
             call = pb_utils.InferenceRequest(
-                model_name=target,
+                model_name=parameters["target"],
                 requested_output_names=["OUTPUT0", "OUTPUT1"],
                 inputs=[
                     pb_utils.get_input_tensor_by_name(request, "INPUT0"),
                     pb_utils.get_input_tensor_by_name(request, "INPUT1"),
                 ],
                 request_id=request.request_id(),
+                **traced,
             )
             answer = call.exec()
             if answer.has_error():
@@ -410,9 +415,17 @@ def _repository(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the server writes traces, one file per trace (``<file>.<n>``); tracing is off
+    until a test turns it on for a model."""
+    return tmp_path_factory.mktemp("bls-traces") / "trace.json"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, trace_file: Path) -> Iterator[ServerHandle]:
     root = tmp_path_factory.mktemp("bls")
     _repository(root)
+    tracing = [f"--trace-config=triton,file={trace_file}", "--trace-config=triton,log-frequency=1"]
     startup = [
         f"--load-model={name}"
         for name in (
@@ -434,7 +447,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             "thread_caller",
         )
     ]
-    with run_pytriton_server(root, "--model-control-mode=explicit", *startup) as handle:
+    with run_pytriton_server(root, "--model-control-mode=explicit", *tracing, *startup) as handle:
         yield handle
 
 
@@ -633,3 +646,36 @@ def test_a_failing_call_on_the_callers_thread_counts_as_a_failure(
     )
     successes, failures, executions, _ = _counts(http, "thread_raising")
     assert (successes, failures, executions) == (before[0], before[1] + 1, before[2] + 1)
+
+
+def test_a_call_given_the_requests_trace_is_traced_as_its_child(
+    http: httpclient.InferenceServerClient, trace_file: Path
+) -> None:
+    """As Triton: a BLS call gets a child trace (parent_id, the core's stamps) only when the
+    model passes ``trace=request.trace()``; the child is written before its parent."""
+    start = traces_written(trace_file)
+    http.update_trace_settings("caller", {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+    try:
+        inputs, a, _ = _pair(httpclient)
+        http.infer("caller", inputs, parameters={"target": "add_sub"})
+        traced = http.infer("caller", inputs, parameters={"target": "add_sub", "pass_trace": True})
+        np.testing.assert_array_equal(traced.as_numpy("OUTPUT0"), a + _pair(httpclient)[2])
+    finally:
+        http.update_trace_settings("caller", {"trace_level": None, "trace_rate": None})
+    entries = read_traces(trace_file, start, 3)
+    headers = [e for e in entries if "model_name" in e]
+    first, parent = headers[0]["id"], headers[2]["id"]
+    assert [h["model_name"] for h in headers] == ["caller", "add_sub", "caller"]
+    child = headers[1]
+    assert child == {
+        "id": child["id"],
+        "model_name": "add_sub",
+        "model_version": 1,
+        "parent_id": parent,
+    }
+    assert first < parent < child["id"]
+    assert trace_stamps(entries, child["id"]) == CORE_STAMPS
+    # The caller's own trace has its front end's and its compute stamps.
+    assert {"HTTP_RECV_START", "COMPUTE_START", "HTTP_SEND_END"} <= set(
+        trace_stamps(entries, parent)
+    )

@@ -40,6 +40,7 @@ from pipeline_models import (
     write_ensemble,
     write_python,
 )
+from trace_files import CORE_STAMPS, read_traces, trace_stamps, traces_written
 from tritonclient.utils import InferenceServerException
 
 WAIT_S = 60.0  # the longest a test waits for something that must happen
@@ -170,10 +171,20 @@ def _repository(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the server writes traces, one file per trace; tracing is off until a test
+    turns it on for a model."""
+    return tmp_path_factory.mktemp("ensemble-traces") / "trace.json"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, trace_file: Path) -> Iterator[ServerHandle]:
     root = tmp_path_factory.mktemp("ensembles")
     _repository(root)
-    with run_pytriton_server(root, "--model-control-mode=explicit", metrics=True) as handle:
+    tracing = [f"--trace-config=triton,file={trace_file}", "--trace-config=triton,log-frequency=1"]
+    with run_pytriton_server(
+        root, "--model-control-mode=explicit", *tracing, metrics=True
+    ) as handle:
         yield handle
 
 
@@ -229,6 +240,47 @@ def test_fan_out_and_fan_in_give_exact_results(
     )
     assert only_diff.as_numpy("SUM") is None
     np.testing.assert_array_equal(only_diff.as_numpy("DIFF"), 2 * x - x * x)
+
+
+def test_each_step_is_traced_as_a_child_of_the_ensembles_trace(
+    http: httpclient.InferenceServerClient, trace_file: Path
+) -> None:
+    """Triton's shape: a trace per step, with parent_id and the core's stamps, written
+    before the ensemble's own, which has the front end's stamps and no compute ones."""
+    _loaded(http, "fan")
+    start = traces_written(trace_file)
+    http.update_trace_settings("fan", {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+    try:
+        http.infer("fan", [_input(httpclient, "X", _x())])
+    finally:
+        http.update_trace_settings("fan", {"trace_level": None, "trace_rate": None})
+    entries = read_traces(trace_file, start, 4)
+    headers = [e for e in entries if "model_name" in e]
+    parent = headers[-1]
+    assert parent == {"id": parent["id"], "model_name": "fan", "model_version": 1}
+    steps = headers[:-1]
+    assert sorted(h["model_name"] for h in steps) == ["add_sub", "double", "square"]
+    for header in steps:
+        assert header == {
+            "id": header["id"],
+            "model_name": header["model_name"],
+            "model_version": 1,
+            "parent_id": parent["id"],
+        }
+        assert trace_stamps(entries, header["id"]) == CORE_STAMPS
+    # Ids in the order the steps were issued: the fan-out's two, then the fan-in.
+    ids = {h["model_name"]: h["id"] for h in steps}
+    assert parent["id"] < ids["double"] < ids["square"] < ids["add_sub"]
+    assert trace_stamps(entries, parent["id"]) == [
+        "HTTP_RECV_START",
+        "HTTP_RECV_END",
+        "REQUEST_START",
+        "QUEUE_START",
+        "INFER_RESPONSE_COMPLETE",
+        "REQUEST_END",
+        "HTTP_SEND_START",
+        "HTTP_SEND_END",
+    ]
 
 
 def test_metadata_and_config_as_triton_returns_them(

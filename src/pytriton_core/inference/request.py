@@ -168,7 +168,8 @@ class InferenceRequest:
         trace: RequestTrace, response: InferenceResponse | None, final: bool
     ) -> None:
         if response is not None:
-            trace.stamp("INFER_RESPONSE_COMPLETE")
+            if not trace.parent_id:  # a front end's stamp: a child trace has none
+                trace.stamp("INFER_RESPONSE_COMPLETE")
             for tensor in response.outputs:
                 trace.record_tensor(
                     "TENSOR_BACKEND_OUTPUT",
@@ -179,6 +180,8 @@ class InferenceRequest:
                 )
         if final:
             trace.stamp("REQUEST_END")
+            if trace.parent_id:  # no front end finishes a child trace (tracing.py)
+                trace.finish()
 
     def send_threadsafe(
         self,

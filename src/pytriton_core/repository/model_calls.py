@@ -55,21 +55,28 @@ class InProcessCalls:
             return False
         return True
 
-    def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
+    def submit(
+        self,
+        request: InferenceRequest,
+        refused: Callable[[ServerError], None],
+        direct: bool = False,
+    ) -> None:
         if _on_loop(self._loop):
             # The caller would block the loop that has to run the request and bring its
             # answer back: a deadlock. Model code that calls models must run on instance
             # threads (or its model's own loop), never inline on the server's loop.
             raise InternalError(BLS_ON_LOOP)
 
-        try:
-            # A call that can run at once runs here, on the caller's thread (see
-            # ``Model.execute_direct``); the manager's tables may be read from any thread.
-            if self._manager.get(request.model_name, request.model_version).execute_direct(request):
+        if direct:
+            try:
+                # A call that can run at once runs here, on the caller's thread (see
+                # ``Model.execute_direct``); the manager's tables may be read from any thread.
+                model = self._manager.get(request.model_name, request.model_version)
+                if model.execute_direct(request):
+                    return
+            except ServerError as exc:
+                refused(exc)
                 return
-        except ServerError as exc:
-            refused(exc)
-            return
 
         def submit_on_loop() -> None:
             try:

@@ -153,10 +153,14 @@ class EnsembleModel(Model):
 
         call.request.on_response = released
         self._step_in_flight[index] += 1
+        if run.request.trace is not None:  # each step traced as a child, in issue order
+            call.request.trace = run.request.trace.child(call.step.model_name)
         try:
             target.submit(call.request)
         except ServerError as exc:
             self._step_in_flight[index] -= 1
+            if call.request.trace is not None:
+                call.request.trace.finish()  # refused: what it has is written
             if raising:
                 raise
             run.step_failed(call, exc)

@@ -29,6 +29,7 @@ from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
+from pytriton_core.runtime.deferral import LoopDeferral, run_all
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
 from pytriton_core.scheduling.base import Retained, Scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
@@ -72,10 +73,14 @@ class ModelInstance:
         index: int = 0,
         *,
         rate_limit: InstanceSlot | None = None,
+        deferral: LoopDeferral | None = None,
     ) -> None:
         """``index``: the instance's position among the model's (what the scheduler knows
         it by). ``rate_limit``: the instance's place in the server's rate limiter, which it
-        acquires before each execution (None: rate limiting is off)."""
+        acquires before each execution (None: rate limiting is off). ``deferral``: the
+        server's, which keeps the loop work of BLS calls a batch executed on this thread
+        until the batch's outcome goes to the loop (runtime/deferral.py)."""
+        self._deferral = deferral or LoopDeferral()
         self.spec = spec
         self._model_name = model_name
         self.index = index
@@ -176,12 +181,25 @@ class ModelInstance:
         while (batch := scheduler.next_batch(self.index)) is not None:
             if rate_limit is not None:
                 rate_limit.acquire()  # the wait counts as queueing, as in Triton
-            with self._executing:  # waits while a claimed execution elsewhere finishes
+            with self._deferral.collect() as deferred, self._executing:
+                # (the lock waits while a claimed execution elsewhere finishes)
                 outcome = self._execute(backend_instance, batch)
-            self._schedule_on_loop(self._on_batch_done, batch, *outcome)
+            if deferred:  # counted before this batch's responses leave
+                self._schedule_on_loop(self._deferred_then_done, deferred, batch, outcome)
+            else:
+                self._schedule_on_loop(self._on_batch_done, batch, *outcome)
             # Keep nothing of a finished batch while waiting for the next one: its inputs
             # can be large, or views that hold a client's shared-memory region mapped.
             del batch
+
+    def _deferred_then_done(
+        self,
+        deferred: list[Callable[[], object]],
+        batch: list[InferenceRequest],
+        outcome: BatchOutcome,
+    ) -> None:
+        run_all(deferred)
+        self._on_batch_done(batch, *outcome)
 
     def _execute(
         self, backend_instance: BackendInstance, batch: list[InferenceRequest]

@@ -4,11 +4,12 @@ Requests enter through ``submit`` (on the event loop): they are validated, queue
 by an instance's worker thread, and their responses come back to the loop in
 ``_batch_done``, which also keeps the statistics.
 
-A BLS call from another model's thread may instead run at once on that thread
-(``execute_direct``) when the model's default scheduler has nothing queued and an instance
-is idle: no hand-off to the loop or to the instance's thread and back. Its response goes to
-the caller from there; its statistics are counted on the loop, queued before the caller's
-own execution can end, so they are in place before the caller's response is delivered.
+A blocking BLS call from a default-mode model may instead run at once on the caller's
+thread (``execute_direct``) when this model's default scheduler has nothing queued and an
+instance is idle: no hand-off to the loop or to the instance's thread and back. Its response
+goes to the caller from there; its statistics are counted on the loop just before the
+outcome of the caller's batch (runtime/deferral.py), so they are in place before the
+caller's response is delivered.
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ class Model:
         self._misses: dict[int, tuple[bytes, int]] = {}
         self._rate_limiter = services.rate_limiter
         self._rate_limit_slots: list[InstanceSlot] = []
+        self._deferral = services.deferral
         # A BLS call may execute on its caller's thread (``execute_direct``) where the
         # default scheduler would hand a lone request to the next idle instance and
         # nothing about the response is kept or ordered here.
@@ -157,6 +159,7 @@ class Model:
                     model_name=self.name,
                     index=index,
                     rate_limit=self._register_rate_limit(instance_spec),
+                    deferral=self._deferral,
                 )
                 instance.start()
                 self._instances.append(instance)
@@ -271,7 +274,7 @@ class Model:
         end_ns = time.monotonic_ns()
         if request.trace is not None:
             _trace_compute(request, timing)
-        schedule = self._loop.call_soon_threadsafe
+        schedule = functools.partial(self._deferral.defer, self._loop.call_soon_threadsafe)
         if isinstance(responses, ServerError):
             schedule(self._count_failed_execution, [request], responses, end_ns)
             request.deliver(InferenceResponse.failed(responses), True)

@@ -270,7 +270,12 @@ class PythonInstance(BackendInstance):
         if location.server is not None:
             caller = Caller(self._key, spec.name)
             self._bridge = BlsBridge(
-                location.server, model.waits, caller, self._staging, on_call=model.server_called
+                location.server,
+                model.waits,
+                caller,
+                self._staging,
+                on_call=model.server_called,
+                direct_calls=not model.decoupled,
             )
         # Created in the instance's thread; an execution anywhere else runs on the loop.
         self._worker = threading.get_ident()
@@ -491,6 +496,7 @@ class PythonInstance(BackendInstance):
             send_hook=send,
             is_cancelled=lambda: request.cancelled,
             decoupled=self._model.decoupled,
+            trace=request.trace,
         )
 
     def _from_pb_response(self, response: Any, request: InferenceRequest) -> InferenceResponse:

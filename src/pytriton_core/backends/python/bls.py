@@ -156,6 +156,9 @@ class BlsBridge:
 
     ``holds_instance``: whether the caller keeps its instance busy while it waits (false
     for a decoupled model's ``async def execute``, which runs in the background).
+    ``direct_calls``: a blocking ``exec`` may run its target on the calling thread (the
+    caller is a default-mode model, whose responses leave after its batch: see
+    runtime/deferral.py).
     ``on_call``: told of every call, before it is made; ``on_loop``: the execution runs on
     the server's event loop, so every call is refused.
     """
@@ -169,8 +172,10 @@ class BlsBridge:
         holds_instance: bool = True,
         on_call: Callable[[], None] | None = None,
         on_loop: bool = False,
+        direct_calls: bool = False,
     ) -> None:
         self._calls = calls
+        self._direct_calls = direct_calls
         self._waits = waits
         self._caller = caller
         self._staging = staging
@@ -205,7 +210,7 @@ class BlsBridge:
     # ---------------------------------------------------------------- inference
 
     def infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
-        answers, target = self._send(request, _Answers())
+        answers, target = self._send(request, _Answers(), direct=self._direct_calls)
         try:
             response = answers.next()
         finally:
@@ -256,7 +261,11 @@ class BlsBridge:
     # ----------------------------------------------------------------- internals
 
     def _send(
-        self, request: pb_utils.InferenceRequest, answers: _Answers, decoupled: bool = False
+        self,
+        request: pb_utils.InferenceRequest,
+        answers: _Answers,
+        decoupled: bool = False,
+        direct: bool = False,
     ) -> tuple[_Answers, ModelKey]:
         """Submit the request, counting the caller as waiting on the target until
         ``_end_wait``; raises what makes ``exec`` answer with an error."""
@@ -292,15 +301,20 @@ class BlsBridge:
             flags=request.flags(),
             on_response=answers.respond,
         )
+        parent = request._trace._server
+        if parent is not None:  # the model passed a traced request's trace: a child trace
+            core.trace = parent.child(name)
         answers.request = core
 
         def refused(error: ServerError) -> None:
+            if core.trace is not None:
+                core.trace.finish()  # refused: what it has is written
             failure = ServerError.from_code(error.code, _failed(name, error.message))
             answers.respond(InferenceResponse.failed(failure), True)
 
         self.begin_wait(target, name)  # refuses a call that could never be answered
         try:
-            self._calls.submit(core, refused)
+            self._calls.submit(core, refused, direct)
         except BaseException:
             self.end_wait(target)
             raise
