@@ -3,13 +3,12 @@
 A lone request may instead run on the event loop itself (``execute_inline``), which saves
 the two thread wake-ups it would cost (the rule and its figures: docs/architecture.md,
 "Where executions run"). The model asks for that only when its backend holds the GIL while
-it executes (``BackendModel.loop_execution``), the instance is idle and nothing is queued,
-and the instance's last ``INLINE_AFTER`` executions each took under ``INLINE_BUDGET_NS``;
+it executes (``BackendModel.loop_execution``), nothing else is queued or executing, and
+no other request ran inline in this turn of the loop (those read in the same turn queue
+for the thread, where they batch), and the instance's last ``INLINE_AFTER`` executions each
+took under ``INLINE_BUDGET_NS``;
 one execution over the budget sends the next ones back to the thread until that many
-short ones have run there again. A scheduler that may batch or order requests also needs
-the model to have nothing else executing and no other request run inline in this turn of
-the loop (those read in the same turn queue for the thread, where they batch); the default
-scheduler does neither, so any idle instance takes any lone request (runtime/model.py).
+short ones have run there again.
 
 A request may also run on the thread of a model that called it (BLS, ``execute_direct``
 in runtime/model.py). Whoever executes first ``claim``s the instance (its execution lock,

@@ -212,13 +212,19 @@ class Model:
         if (
             self._inline
             and accepting  # a stopped scheduler's refusal comes from its enqueue
+            and not self._in_flight
+            and not self._inlined_this_turn
             and self._backend_model.loop_execution  # a Python model may turn it off
         ):
-            instance = self._inline_instance()
-            if instance is not None:
-                # Its thread is idle, and this request would be its next batch at once. Run
-                # it here, without the two thread wake-ups; its response is delivered before
-                # submit returns.
+            instance = self._instances[0]
+            if instance.inline_ready and instance.claim():
+                # Nothing queued or executing: the instance's thread is idle, and this
+                # request would be its next batch at once. Run it here, without the two
+                # thread wake-ups; its response is delivered before submit returns. Only
+                # one per loop turn: requests that came in the same turn (read after this
+                # one) queue for the thread, where they batch.
+                self._inlined_this_turn = True
+                self._loop.call_soon(self._new_turn)
                 self._in_flight += 1
                 if self._release_order is not None:
                     self._release_order.append(request)
@@ -347,28 +353,6 @@ class Model:
         request.queue_start_ns = time.monotonic_ns()
         if request.trace is not None:
             self._trace_submit(request)
-
-    def _inline_instance(self) -> ModelInstance | None:
-        """A claimed instance to execute a lone request on the loop now, or None.
-
-        The default scheduler (``_direct``) neither batches nor orders: any idle instance
-        whose recent executions were short takes the request while nothing is queued, as
-        many times in a loop turn as requests come. Otherwise only with nothing queued or
-        executing, and once per loop turn: requests that came in the same turn (read after
-        this one) queue for the thread, where they batch.
-        """
-        if self._direct:
-            if self._scheduler.pending_count():
-                return None
-            return next((i for i in self._instances if i.inline_ready and i.claim()), None)
-        if self._in_flight or self._inlined_this_turn:
-            return None
-        instance = self._instances[0]
-        if not (instance.inline_ready and instance.claim()):
-            return None
-        self._inlined_this_turn = True
-        self._loop.call_soon(self._new_turn)
-        return instance
 
     def _answer_from_cache(self, request: InferenceRequest) -> bool:
         """Look the request up; on a hit answer it from the cache (it skips the scheduler)
