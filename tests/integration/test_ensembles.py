@@ -93,6 +93,13 @@ def _repository(root: Path) -> None:
         extra=tensors("output", Y2=X4),
     )
     write_python(root, "repeat", REPEAT, REPEAT_CONFIG)
+    write_python(root, "lingering", REPEAT, REPEAT_CONFIG + parameter("linger_s", "0.3"))
+    write_ensemble(
+        root,
+        "linger_ens",
+        tensors("input", X=X4, COUNT="TYPE_INT32 [ 1 ]") + "\n" + tensors("output", Y=X4),
+        [step("lingering", {"X": "X", "COUNT": "COUNT"}, {"Y": "Y"})],
+    )
     write_ensemble(
         root,
         "stream",
@@ -433,6 +440,59 @@ def test_a_decoupled_step_makes_the_ensemble_stream(
                 _input(httpclient, "COUNT", np.array([1], np.int32)),
             ],
         )
+
+
+def _stream(server: ServerHandle, model: str, count: int) -> list[Any]:
+    """One streaming request of ``count`` responses; its responses, once the final came."""
+    received: list[Any] = []
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        client.start_stream(callback=lambda result, error: received.append((result, error)))
+        inputs = [
+            _input(grpcclient, "X", _x()),
+            _input(grpcclient, "COUNT", np.array([count], np.int32)),
+        ]
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        _eventually(
+            lambda: any(
+                r is not None and r.get_response().parameters["triton_final_response"].bool_param
+                for r, _ in received
+            ),
+            "the final response",
+        )
+    finally:
+        client.stop_stream()
+        client.close()
+    assert all(error is None for _, error in received)
+    return [r for r, _ in received]
+
+
+def test_a_step_answered_before_its_execute_returns_still_counts_its_compute(
+    http: httpclient.InferenceServerClient, server: ServerHandle
+) -> None:
+    """The step sends its final response, then runs 0.3 s more: the ensemble's compute
+    time (counted once that execution has ended) is still its step's."""
+    _loaded(http, "linger_ens")
+    before = {name: _stats(http, name) for name in ("linger_ens", "lingering")}
+    _stream(server, "linger_ens", 2)
+
+    def successes(name: str) -> int:
+        return int(_stats(http, name)["inference_stats"]["success"]["count"])
+
+    old = int(before["linger_ens"]["inference_stats"]["success"]["count"])
+    _eventually(lambda: successes("linger_ens") == old + 1, "the ensemble's statistics")
+    after = {name: _stats(http, name) for name in ("linger_ens", "lingering")}
+    for part in ("compute_input", "compute_infer", "compute_output"):
+        spent = {
+            name: int(after[name]["inference_stats"][part]["ns"])
+            - int(before[name]["inference_stats"][part]["ns"])
+            for name in after
+        }
+        assert spent["linger_ens"] == spent["lingering"], part
+    infer_ns = int(after["lingering"]["inference_stats"]["compute_infer"]["ns"]) - int(
+        before["lingering"]["inference_stats"]["compute_infer"]["ns"]
+    )
+    assert infer_ns >= 300_000_000
 
 
 # ------------------------------------------------------------------------------ failures

@@ -214,6 +214,8 @@ class ModelInstance:
                 len(batch),
             )
         responses: Sequence[InferenceResponse | None] | ServerError
+        for request in batch:
+            request.executing = True
         try:
             responses = backend_instance.execute(batch, timing)
             if len(responses) != len(batch):

@@ -271,6 +271,7 @@ class Model:
             instance.release()
             raise
         responses, timing, retained = instance.execute_claimed([request])
+        request.executing = False
         end_ns = time.monotonic_ns()
         if request.trace is not None:
             _trace_compute(request, timing)
@@ -476,6 +477,7 @@ class Model:
         stats = self.stats
         end_ns = time.monotonic_ns()
         for request in batch:
+            request.executing = False
             if request.trace is not None:
                 _trace_compute(request, timing)
         if isinstance(responses, ServerError):
@@ -483,6 +485,8 @@ class Model:
             for request in batch:
                 if request.padding:
                     continue
+                if request.compute_observer is not None:
+                    request.compute_observer(None)
                 self._in_flight -= 1
                 self._forget_miss(request)
                 self._release(request, InferenceResponse.failed(responses))
