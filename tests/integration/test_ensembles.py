@@ -401,48 +401,7 @@ def test_request_id_parameters_and_sequence_settings_reach_the_steps(
 # ---------------------------------------------------------------------- decoupled steps
 
 
-@pytest.mark.parametrize("count", [0, 1, 5])
-def test_a_decoupled_step_makes_the_ensemble_stream(
-    count: int, http: httpclient.InferenceServerClient, server: ServerHandle
-) -> None:
-    _loaded(http, "stream")
-    assert http.get_model_config("stream")["model_transaction_policy"] == {"decoupled": True}
-    x = _x()
-    received: list[Any] = []
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    try:
-        client.start_stream(callback=lambda result, error: received.append((result, error)))
-        inputs = [
-            _input(grpcclient, "X", x),
-            _input(grpcclient, "COUNT", np.array([count], np.int32)),
-        ]
-        client.async_stream_infer(
-            "stream", inputs, request_id="s", enable_empty_final_response=True
-        )
-        _eventually(
-            lambda: any(
-                r is not None and r.get_response().parameters["triton_final_response"].bool_param
-                for r, _ in received
-            ),
-            "the final response",
-        )
-    finally:
-        client.stop_stream()
-        client.close()
-    assert all(error is None for _, error in received)
-    values = [r.as_numpy("Y") for r, _ in received if r.as_numpy("Y") is not None]
-    assert [v.tolist() for v in values] == [(2 * (x + i)).tolist() for i in range(count)]
-    with pytest.raises(InferenceServerException, match="doesn't support models with decoupled"):
-        http.infer(
-            "stream",
-            [
-                _input(httpclient, "X", x),
-                _input(httpclient, "COUNT", np.array([1], np.int32)),
-            ],
-        )
-
-
-def _stream(server: ServerHandle, model: str, count: int) -> list[Any]:
+def _stream(server: ServerHandle, model: str, count: int, request_id: str = "") -> list[Any]:
     """One streaming request of ``count`` responses; its responses, once the final came."""
     received: list[Any] = []
     client = grpcclient.InferenceServerClient(server.grpc_url)
@@ -452,7 +411,9 @@ def _stream(server: ServerHandle, model: str, count: int) -> list[Any]:
             _input(grpcclient, "X", _x()),
             _input(grpcclient, "COUNT", np.array([count], np.int32)),
         ]
-        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        client.async_stream_infer(
+            model, inputs, request_id=request_id, enable_empty_final_response=True
+        )
         _eventually(
             lambda: any(
                 r is not None and r.get_response().parameters["triton_final_response"].bool_param
@@ -465,6 +426,26 @@ def _stream(server: ServerHandle, model: str, count: int) -> list[Any]:
         client.close()
     assert all(error is None for _, error in received)
     return [r for r, _ in received]
+
+
+@pytest.mark.parametrize("count", [0, 1, 5])
+def test_a_decoupled_step_makes_the_ensemble_stream(
+    count: int, http: httpclient.InferenceServerClient, server: ServerHandle
+) -> None:
+    _loaded(http, "stream")
+    assert http.get_model_config("stream")["model_transaction_policy"] == {"decoupled": True}
+    x = _x()
+    received = _stream(server, "stream", count, request_id="s")
+    values = [r.as_numpy("Y") for r in received if r.as_numpy("Y") is not None]
+    assert [v.tolist() for v in values] == [(2 * (x + i)).tolist() for i in range(count)]
+    with pytest.raises(InferenceServerException, match="doesn't support models with decoupled"):
+        http.infer(
+            "stream",
+            [
+                _input(httpclient, "X", x),
+                _input(httpclient, "COUNT", np.array([1], np.int32)),
+            ],
+        )
 
 
 def test_a_step_answered_before_its_execute_returns_still_counts_its_compute(
