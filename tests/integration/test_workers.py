@@ -10,6 +10,7 @@ workers serve (the kernel spreads connections over the SO_REUSEPORT listeners).
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -335,11 +336,62 @@ def test_a_restarted_worker_serves_the_models_loaded_before(
     client.close()
     victim = _worker_pids(explicit_server)[1]
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + WAIT_S
-    while _worker_pids(explicit_server)[1] == victim and time.monotonic() < deadline:
-        time.sleep(0.05)
-    _wait_ready(url, True)
+    _wait_restarted(explicit_server, 1, victim)
     assert _served_by(url) == set(_worker_pids(explicit_server).values())
+
+
+def _wait_restarted(handle: ServerHandle, index: int, victim: int) -> None:
+    """Until worker ``index`` (``victim`` was its pid) runs again and the server is ready."""
+    deadline = time.monotonic() + WAIT_S
+    while _worker_pids(handle)[index] == victim and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _wait_ready(handle.http_url, True)
+
+
+_NEGATED_PY = _MODEL_PY.replace("[os.getpid()]", "[-os.getpid()]")  # a file: override
+_CONFIG_JSON = json.dumps(
+    {
+        "name": MODEL,
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": "DELAY_S", "data_type": "TYPE_FP32", "dims": [1]}],
+        "output": [{"name": "PID", "data_type": "TYPE_INT64", "dims": [1]}],
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+    }
+)
+
+
+def test_a_reload_while_a_worker_is_down_counts_from_the_reload_and_reaches_it(
+    explicit_server: ServerHandle,
+) -> None:
+    url = explicit_server.http_url
+    client = httpclient.InferenceServerClient(url)
+    client.load_model(MODEL)
+    client.update_trace_settings(MODEL, {"trace_rate": "3"})
+    pids = set(_worker_pids(explicit_server).values())
+    assert _served_by(url) == pids  # both have counts of this load
+    victim = _worker_pids(explicit_server)[1]
+    os.kill(victim, signal.SIGKILL)
+    # While worker 1 is down (or starting), the model is unloaded and loaded again from
+    # other files, through whichever worker a connection reaches.
+    client.close()
+    client = httpclient.InferenceServerClient(url)
+    client.unload_model(MODEL)
+    client.load_model(MODEL, config=_CONFIG_JSON, files={"file:1/model.py": _NEGATED_PY.encode()})
+    client.close()
+    _wait_restarted(explicit_server, 1, victim)
+    pids = set(_worker_pids(explicit_server).values())
+    answers = _served_by(url)
+    # Both workers serve the override's code, the restarted one too.
+    assert answers == {-pid for pid in pids}, answers
+    # Only the requests since the reload count, whichever worker reads (the dead worker's
+    # counts of the earlier load are not added to this one).
+    for _ in range(6):
+        assert _success_count(url) == 24
+    for _ in range(6):
+        reader = _fresh_http(url)
+        assert reader.get_trace_settings(MODEL)["trace_rate"] == "3"
+        reader.close()
 
 
 def test_workers_of_a_killed_parent_stop(tmp_path: Path) -> None:

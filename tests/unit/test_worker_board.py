@@ -53,10 +53,54 @@ def test_a_restarted_worker_continues_its_predecessors_counters(tmp_path: Path) 
     _record(second, 3)
     assert reader.snapshot().success.count == 6
     assert reader.snapshot().batch_stats[3].compute_input.count == 2
-    # Loaded again within one process: a new version's counters start from zero.
+    # Loaded again within one process: a new version's counters start from zero, and the
+    # old version's entry goes once it is unloaded.
     again = factory("m", 1, None, None)
     assert again.success.count == 0
+    second.release()
     assert reader.snapshot().success.count == 0
+
+
+def test_a_dead_workers_counts_of_an_earlier_load_are_not_added_to_a_later_one(
+    tmp_path: Path,
+) -> None:
+    board = WorkerBoard.create(tmp_path, 2)
+    dying = SharedStatisticsFactory(WorkerBoard.open(board.path), 1)("m", 1, None, None)
+    _record(dying, 3)  # loaded at start (load stamp 0)
+    board.slot(1).mark_down()
+    # While worker 1 is down, the model is unloaded and loaded again (the parent's change
+    # number 7): worker 0's new counters count from that load only.
+    factory = SharedStatisticsFactory(board, 0)
+    old = factory("m", 1, None, None)
+    assert old.snapshot().success.count == 3
+    old.release()
+    factory.stamp = 7
+    reloaded = factory("m", 1, None, None)
+    _record(reloaded, 1)
+    assert reloaded.snapshot().success.count == 1
+    # The worker started in worker 1's place loads it as the others have it (stamp 7): it
+    # does not continue the counters of the earlier load.
+    successor = SharedStatisticsFactory(WorkerBoard.open(board.path), 1)
+    successor.stamps = {"m": 7}
+    restarted = successor("m", 1, None, None)
+    assert restarted.success.count == 0
+    _record(restarted, 2)
+    assert reloaded.snapshot().success.count == 3
+
+
+def test_one_name_in_two_namespaces_is_two_keys(tmp_path: Path) -> None:
+    board = WorkerBoard.create(tmp_path, 2)
+    first = SharedStatisticsFactory(board, 0)("/repo/a::m", 1, None, None)
+    second = SharedStatisticsFactory(board, 0)("/repo/b::m", 1, None, None)
+    peer = SharedStatisticsFactory(WorkerBoard.open(board.path), 1)("/repo/a::m", 1, None, None)
+    _record(first, 2)
+    _record(second, 3)
+    _record(peer, 1)
+    assert first.snapshot().success.count == 3
+    assert second.snapshot().success.count == 3
+    long_namespace = "/" + "x" * 400
+    keyed = SharedStatisticsFactory(board, 0)(f"{long_namespace}::m", 1, None, None)
+    assert keyed.model_name.endswith("::m") and len(keyed.model_name) < 80
 
 
 def test_all_serving_needs_every_worker(tmp_path: Path) -> None:

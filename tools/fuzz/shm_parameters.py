@@ -11,7 +11,7 @@ import atheris
 
 with atheris.instrument_imports():
     import numpy as np
-    from common import SHM_KEY, SHM_SIZE, fuzz, serve
+    from common import SHM_KEY, SHM_SIZE, completed, fuzz, serve
 
     from pytriton_core import types
     from pytriton_core.errors import ServerError
@@ -37,7 +37,7 @@ def test_one_input(data: bytes) -> None:
     key = SHM_KEY if provider.ConsumeBool() else "/" + provider.ConsumeUnicodeNoSurrogates(16)
     offset, size = _number(provider), _number(provider)
     try:
-        SERVICE.register_system_shm("probe", key, offset, size)
+        completed(SERVICE.register_system_shm("probe", key, offset, size))
     except ServerError:
         region = "fuzzed"  # the region registered over the whole object
     else:
@@ -68,7 +68,7 @@ def test_one_input(data: bytes) -> None:
             pass
     finally:
         try:
-            SERVICE.unregister_shm("system", "probe")
+            completed(SERVICE.unregister_shm("system", "probe"))
         except ServerError:
             pass
 

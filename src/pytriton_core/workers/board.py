@@ -8,7 +8,11 @@ written (a seqlock), and readers retry until they read an even, unchanged one.
 A slot holds the worker's state (starting, serving, draining), its pid, and one entry per
 loaded model version with that worker's statistics counters: the scalars of Triton's
 statistics extension, the failure reasons, and up to ``BATCH_SIZES`` distinct batch sizes.
-A reader sums the entries of every live worker; nobody scrapes anybody.
+Each entry names the load its counters count from (its *stamp*: the number the parent gave
+the load change, 0 for the models loaded at start), so that a dead worker's counters of an
+earlier load of the same model version are never added to a later one. A reader sums the
+entries of every worker, live or dead, with the same name, version and stamp; nobody
+scrapes anybody.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ NAME_BYTES = 256  # a model name, UTF-8, NUL-padded
 BATCH_SIZES = 32  # distinct batch sizes kept per model version and worker
 SCALARS = 23  # see ``SharedStatistics``: 8 durations (count, ns), 3 counts, 4 failures
 _HEADER = struct.Struct("<qqqq")  # sequence, state, pid, entry count
-_ENTRY_HEAD = struct.Struct(f"<q{NAME_BYTES}sqq")  # sequence, name, version, in use
+# sequence, name, version, in use, and the load the counters belong to (``claim_entry``)
+_ENTRY_HEAD = struct.Struct(f"<q{NAME_BYTES}sqqq")
 _SCALARS = struct.Struct(f"<{SCALARS}q")
 _BATCH = struct.Struct("<7q")  # batch size, then compute input/infer/output (count, ns)
 _BATCH_COUNT = struct.Struct("<q")
@@ -149,16 +154,19 @@ class WorkerSlot:
     def _entry_base(self, index: int) -> int:
         return self._base + 64 + index * ENTRY_BYTES
 
-    def claim_entry(self, name: str, version: int, inherit: bool) -> tuple[int, EntryCounters]:
+    def claim_entry(
+        self, name: str, version: int, stamp: int, inherit: bool
+    ) -> tuple[int, EntryCounters]:
         """The entry for a model version this worker loads, and the counters it starts
-        from: with ``inherit``, those of a predecessor in this slot (a worker that died
-        and was started again keeps counting where it stopped); otherwise zeros."""
+        from: with ``inherit``, those of a predecessor in this slot for the same load
+        (a worker that died and was started again keeps counting where it stopped);
+        otherwise zeros."""
         encoded = name.encode()
         if len(encoded) > NAME_BYTES:
             raise ValueError(f"model name longer than {NAME_BYTES} bytes: '{name}'")
         with self._lock:
             if inherit:
-                found = self._find(name, version)
+                found = self._find(name, version, stamp)
                 if found is not None:
                     return found
             state, pid, count = self._header()[1:]
@@ -168,16 +176,17 @@ class WorkerSlot:
             base = self._entry_base(index)
             sequence = _ENTRY_HEAD.unpack_from(self._view, base)[0] if index < count else 0
             self._view[base : base + ENTRY_BYTES] = bytes(ENTRY_BYTES)
-            _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, encoded, version, 1)
+            _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, encoded, version, 1, stamp)
             if index == count:
                 self._write_header(state, pid, count + 1)
             return index, EntryCounters((0,) * SCALARS, ())
 
     def release_entry(self, index: int) -> None:
+        """A model version this worker unloaded: its entry is free for another."""
         with self._lock:
             base = self._entry_base(index)
-            sequence, name, version, _ = _ENTRY_HEAD.unpack_from(self._view, base)
-            _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, name, version, 0)
+            sequence, name, version, _, stamp = _ENTRY_HEAD.unpack_from(self._view, base)
+            _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, name, version, 0, stamp)
 
     def _entry_in_use(self, index: int) -> bool:
         return bool(_ENTRY_HEAD.unpack_from(self._view, self._entry_base(index))[3])
@@ -202,22 +211,26 @@ class WorkerSlot:
         if position >= count:
             _BATCH_COUNT.pack_into(self._view, base + _BATCH_COUNT_AT, position + 1)
 
-    def find(self, name: str, version: int) -> EntryCounters | None:
-        """This worker's counters for ``name`` ``version``; None when it has none."""
-        found = self._find(name, version)
+    def find(self, name: str, version: int, stamp: int) -> EntryCounters | None:
+        """This worker's counters for load ``stamp`` of ``name`` ``version``; None when it
+        has none."""
+        found = self._find(name, version, stamp)
         return None if found is None else found[1]
 
-    def _find(self, name: str, version: int) -> tuple[int, EntryCounters] | None:
+    def _find(self, name: str, version: int, stamp: int) -> tuple[int, EntryCounters] | None:
         encoded = name.encode().ljust(NAME_BYTES, b"\0")
         for index in range(self._header()[3]):
             base = self._entry_base(index)
             while True:
-                sequence, entry_name, entry_version, in_use = _ENTRY_HEAD.unpack_from(
-                    self._view, base
-                )
+                head = _ENTRY_HEAD.unpack_from(self._view, base)
+                sequence, entry_name, entry_version, in_use, entry_stamp = head
                 if sequence % 2:
                     continue
-                if not in_use or entry_name != encoded or entry_version != version:
+                if not in_use or (entry_name, entry_version, entry_stamp) != (
+                    encoded,
+                    version,
+                    stamp,
+                ):
                     break
                 scalars = _SCALARS.unpack_from(self._view, base + _SCALARS_AT)
                 count = _BATCH_COUNT.unpack_from(self._view, base + _BATCH_COUNT_AT)[0]

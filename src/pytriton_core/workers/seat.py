@@ -8,7 +8,6 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytriton_core.inference.statistics import StatisticsFactory
 from pytriton_core.workers.board import WorkerBoard, WorkerState
 from pytriton_core.workers.peers import PeerLink
 from pytriton_core.workers.shared_stats import SharedStatisticsFactory
@@ -32,10 +31,10 @@ class WorkerSeat:
             return
         loop.call_later(every_s, self.watch_parent, loop, every_s)
 
-    def peer_link(self) -> PeerLink:
-        return PeerLink(self.board, self.index)
+    def peer_link(self, statistics: SharedStatisticsFactory) -> PeerLink:
+        return PeerLink(self.board, self.index, statistics)
 
-    def statistics_factory(self) -> StatisticsFactory:
+    def statistics_factory(self) -> SharedStatisticsFactory:
         return SharedStatisticsFactory(self.board, self.index)
 
     def set_state(self, state: WorkerState) -> None:

@@ -10,6 +10,7 @@ page read: this worker's counters plus every other live worker's from the board.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,13 @@ from pytriton_core.inference.statistics import (
     ModelStatistics,
 )
 from pytriton_core.options import MetricsOptions
-from pytriton_core.workers.board import BATCH_SIZES, EntryCounters, WorkerBoard
+from pytriton_core.workers.board import (
+    BATCH_SIZES,
+    NAME_BYTES,
+    EntryCounters,
+    WorkerBoard,
+    WorkerState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +53,9 @@ class SharedStatistics(ModelStatistics):
     board: WorkerBoard | None = None
     worker: int = 0
     entry: int = -1
-    model_name: str = ""
+    model_name: str = ""  # the board's key: the model's name, with its namespace if any
     model_version: int = 0
+    load_stamp: int = 0  # the load these counters count from (see ``board``)
     # batch size -> its position in the entry's batch table
     batch_positions: dict[int, int] = field(default_factory=dict)
 
@@ -115,15 +123,30 @@ class SharedStatistics(ModelStatistics):
         ModelStatistics.record_cache_miss(self, miss_ns)
         self._publish()
 
+    def release(self) -> None:
+        """This version was unloaded: its entry is freed (the board keeps no counters of
+        a load that is gone). A draining worker keeps them, as a dead one does: the
+        server stops, or this worker alone does and the one started in its place goes on
+        counting them."""
+        if self.board is None or self.entry < 0:
+            return
+        slot = self.board.slot(self.worker)
+        if slot.state() is not WorkerState.DRAINING:
+            slot.release_entry(self.entry)
+        self.entry = -1
+        self.board = None
+
     def snapshot(self) -> ModelStatistics:
-        """These counters plus every other live worker's for the same model version."""
+        """These counters plus every other worker's (live or dead) for the same load of
+        the same model version."""
         if self.board is None:
             return self
+        key = (self.model_name, self.model_version, self.load_stamp)
         peers = [
             counters
             for index, slot in enumerate(self.board.slots())
             if index != self.worker  # a dead worker's completed requests still count
-            for counters in (slot.find(self.model_name, self.model_version),)
+            for counters in (slot.find(*key),)
             if counters is not None
         ]
         if not peers:
@@ -182,13 +205,21 @@ def _fill(stats: ModelStatistics, counters: EntryCounters) -> None:
 
 
 class SharedStatisticsFactory:
-    """Makes each loaded model version's statistics: claims its entry in this worker's slot
-    (a version loaded again gets a fresh, zeroed entry, as its counters restart)."""
+    """Makes each loaded model version's statistics: claims its entry in this worker's slot.
+
+    ``stamp`` is the load the versions made now count from: the number the parent gave
+    the load change being applied (0 for the models loaded at start); ``stamps`` (by
+    model name) overrides it while a worker started in a dead one's place loads what the
+    others serve, each model with the stamp it has there. The first version of a load
+    made in this process continues the counters a predecessor in this slot left for the
+    same load; a version loaded again in this process starts from zeros."""
 
     def __init__(self, board: WorkerBoard, worker: int) -> None:
         self._board = board
         self._worker = worker
-        self._entries: dict[tuple[str, int], int] = {}
+        self._claimed: set[tuple[str, int, int]] = set()
+        self.stamp = 0
+        self.stamps: dict[str, int] = {}
 
     def __call__(
         self,
@@ -199,18 +230,31 @@ class SharedStatisticsFactory:
     ) -> ModelStatistics:
         stats = SharedStatistics.create(metrics, histogram_buckets)
         assert isinstance(stats, SharedStatistics)
+        key = board_key(name)
+        stamp = self.stamps.get(name.rpartition("::")[2], self.stamp)
         slot = self._board.slot(self._worker)
-        # Loaded again in this process: fresh counters. Loaded first in this process:
-        # continue those of the worker that had this slot before, if any.
-        previous = self._entries.pop((name, version), None)
-        if previous is not None:
-            slot.release_entry(previous)
-        entry, counters = slot.claim_entry(name, version, inherit=previous is None)
-        stats.entry = self._entries[(name, version)] = entry
+        claim = (key, version, stamp)
+        entry, counters = slot.claim_entry(key, version, stamp, inherit=claim not in self._claimed)
+        self._claimed.add(claim)
+        stats.entry = entry
         stats.board, stats.worker = self._board, self._worker
-        stats.model_name, stats.model_version = name, version
+        stats.model_name, stats.model_version, stats.load_stamp = key, version, stamp
         _seed(stats, counters)
         return stats
+
+
+def board_key(identifier: str) -> str:
+    """A model's key on the board: its identifier (``namespace::name`` with
+    ``--model-namespacing``, so that one name in two repositories is two keys), with a
+    namespace too long for the entry replaced by its digest."""
+    if len(identifier.encode()) <= NAME_BYTES:
+        return identifier
+    namespace, _, name = identifier.rpartition("::")
+    digest = hashlib.sha256(namespace.encode()).hexdigest()[:32]
+    key = f"{digest}::{name}"
+    if len(key.encode()) > NAME_BYTES:
+        raise ValueError(f"model name longer than {NAME_BYTES - 34} bytes: '{name}'")
+    return key
 
 
 def _seed(stats: SharedStatistics, counters: EntryCounters) -> None:
