@@ -26,9 +26,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
 from prometheus_client.parser import text_string_to_metric_families
+from streaming_models import write_tokens
 from tritonclient.utils import InferenceServerException
 
 MODEL = "whoami"
+STREAMING = "tokens"  # decoupled: "count" responses, then an empty final one
 WAIT_S = 60.0  # a wait, not a limit: a loaded machine starts a worker slowly
 
 _CONFIG = """
@@ -71,6 +73,7 @@ def _write_repository(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     repository = _write_repository(tmp_path_factory.mktemp("workers"))
+    write_tokens(repository, STREAMING)
     with run_pytriton_server(
         repository, "--workers=2", "--allow-client-shm=true", metrics=True
     ) as h:
@@ -109,7 +112,10 @@ def _success_count(url: str) -> int:
         client.close()
 
 
-def _metric(handle: ServerHandle, family: str) -> float:
+def _metric(
+    handle: ServerHandle, family: str, model: str = MODEL, sample: str | None = None
+) -> float:
+    """``model``'s value of ``family`` (of its ``sample``, as ``_count`` of a histogram)."""
     assert handle.metrics_url is not None
     host, port = handle.metrics_url.split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
@@ -117,9 +123,10 @@ def _metric(handle: ServerHandle, family: str) -> float:
     text = connection.getresponse().read().decode()
     connection.close()
     for parsed in text_string_to_metric_families(text):
-        for sample in parsed.samples if parsed.name == family else ():
-            if sample.labels.get("model") == MODEL:
-                return float(sample.value)
+        for found in parsed.samples if parsed.name == family else ():
+            wanted = sample is None or found.name == family + sample
+            if found.labels.get("model") == model and wanted:
+                return float(found.value)
     raise AssertionError(f"{family} not on the metrics page")
 
 
@@ -161,6 +168,56 @@ def test_statistics_and_metrics_count_every_request(server: ServerHandle) -> Non
     for _ in range(4):
         assert _metric(server, "nv_inference_request_success") == before + 40
         assert _metric(server, "nv_inference_count") == before + 40
+
+
+def _stream_two_tokens(url: str) -> None:
+    """One request to the decoupled model on a gRPC stream of its own; until its end."""
+    ended = threading.Event()
+    errors: list[object] = []
+
+    def on_response(result: object, error: object) -> None:
+        if error is not None:
+            errors.append(error)
+            ended.set()
+        elif (
+            result is not None
+            and result.get_response()
+            .parameters[  # type: ignore[attr-defined]
+                "triton_final_response"
+            ]
+            .bool_param
+        ):
+            ended.set()
+
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(on_response)
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"t"], np.object_))
+    count = grpcclient.InferInput("count", [1], "INT32")
+    count.set_data_from_numpy(np.array([2], np.int32))
+    client.async_stream_infer(STREAMING, [text, count], enable_empty_final_response=True)
+    assert ended.wait(WAIT_S) and not errors, errors
+    client.stop_stream()
+    client.close()
+
+
+def test_response_stats_and_histograms_are_sums(server: ServerHandle) -> None:
+    requests = 16  # each on a connection of its own: the kernel spreads them over both
+    for _ in range(requests):
+        _stream_two_tokens(server.grpc_url)
+    for _ in range(6):
+        reader = _fresh_http(server.http_url)
+        (stats,) = reader.get_inference_statistics(STREAMING)["model_stats"]
+        reader.close()
+        by_index = {i: r["success"]["count"] for i, r in stats["response_stats"].items()}
+        assert by_index == {"0": requests, "1": requests, "2": 0}, stats["response_stats"]
+        assert stats["response_stats"]["2"]["empty_response"]["count"] == requests
+        first = "nv_inference_first_response_histogram_ms"
+        assert _metric(server, first, STREAMING, "_count") == requests
+    # The latency histograms (on by default) of the other model are sums too.
+    successes = _success_count(server.http_url)
+    family = "nv_inference_request_duration_histogram_us"
+    assert _metric(server, family, MODEL, "_count") == successes
 
 
 def _fresh_http(url: str) -> httpclient.InferenceServerClient:

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytriton_core.inference.statistics import ComputeTiming, FailureReason, ModelStatistics
+from pytriton_core.inference.statistics import (
+    ComputeTiming,
+    FailureReason,
+    ModelStatistics,
+    ResponseKind,
+    ResponseTiming,
+)
+from pytriton_core.options import MetricsOptions
 from pytriton_core.workers.board import WorkerBoard, WorkerState
 from pytriton_core.workers.shared_stats import SharedStatisticsFactory
 
@@ -111,3 +118,32 @@ def test_all_serving_needs_every_worker(tmp_path: Path) -> None:
     assert board.all_serving() and board.slot(1).pid() == 12
     board.slot(1).set_state(WorkerState.DRAINING)
     assert not board.all_serving()
+
+
+def test_response_stats_and_histograms_are_summed(tmp_path: Path) -> None:
+    board = WorkerBoard.create(tmp_path, 2)
+    metrics = MetricsOptions(histogram_latencies=True)
+    mine = SharedStatisticsFactory(board, 0)("m", 1, metrics, None)
+    theirs = SharedStatisticsFactory(WorkerBoard.open(board.path), 1)("m", 1, metrics, None)
+    timing = ResponseTiming(start_ns=0, output_start_ns=700, end_ns=1000)
+    for stats, requests in ((mine, 2), (theirs, 3)):
+        for _ in range(requests):
+            stats.record_first_response(0, 3_000_000)  # 3 ms
+            stats.record_response(0, ResponseKind.SUCCESS, timing)
+            stats.record_response(1, ResponseKind.SUCCESS, timing)
+        _record(stats, 1)
+    theirs.record_response(2, ResponseKind.EMPTY, timing)
+    for total in (mine.snapshot(), theirs.snapshot()):
+        assert {i: r.success.count for i, r in total.response_stats.items()} == {0: 5, 1: 5, 2: 0}
+        assert total.response_stats[2].empty_response.count == 1
+        assert total.response_stats[0].compute_output.ns == 5 * 300
+        assert total.first_response is not None and total.first_response.count == 5
+        assert total.first_response.sum == 5 * 3.0
+        assert total.histograms is not None and total.histograms.request.count == 2
+        assert sum(total.histograms.queue.counts) == 2
+    assert mine.first_response is not None and mine.first_response.count == 2  # its own
+    # A worker started in worker 1's place continues its counters, these too.
+    board.slot(1).mark_down()
+    successor = SharedStatisticsFactory(WorkerBoard.open(board.path), 1)("m", 1, metrics, None)
+    assert successor.response_stats[1].success.count == 3
+    assert successor.first_response is not None and successor.first_response.count == 3

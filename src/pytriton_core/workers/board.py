@@ -26,23 +26,34 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-SLOT_BYTES = 1 << 20  # per worker: the header and ENTRY_CAPACITY model-version entries
+SLOT_BYTES = 1 << 22  # per worker: the header and ENTRY_CAPACITY model-version entries
 NAME_BYTES = 256  # a model name, UTF-8, NUL-padded
 BATCH_SIZES = 32  # distinct batch sizes kept per model version and worker
+RESPONSE_INDEXES = 32  # response_stats of a decoupled model: its first response indexes
+HISTOGRAMS = 6  # the 5 latency histograms and the first-response histogram
+HISTOGRAM_BUCKETS = 32  # bounds of one histogram (the +Inf bucket comes on top)
 SCALARS = 23  # see ``SharedStatistics``: 8 durations (count, ns), 3 counts, 4 failures
 _HEADER = struct.Struct("<qqqq")  # sequence, state, pid, entry count
 # sequence, name, version, in use, and the load the counters belong to (``claim_entry``)
 _ENTRY_HEAD = struct.Struct(f"<q{NAME_BYTES}sqqq")
 _SCALARS = struct.Struct(f"<{SCALARS}q")
 _BATCH = struct.Struct("<7q")  # batch size, then compute input/infer/output (count, ns)
-_BATCH_COUNT = struct.Struct("<q")
-ENTRY_BYTES = (
-    _ENTRY_HEAD.size + _SCALARS.size + _BATCH_COUNT.size + BATCH_SIZES * _BATCH.size + 40
-)  # padded to a multiple of 8
-ENTRY_CAPACITY = (SLOT_BYTES - 64) // ENTRY_BYTES
+_COUNT = struct.Struct("<q")
+# response index, then compute infer/output, success, fail, empty, cancel (count, ns)
+_RESPONSE = struct.Struct("<13q")
+# buckets in use (0: none), observations, sum, then the count of each bucket
+_HISTOGRAM = struct.Struct(f"<qqd{HISTOGRAM_BUCKETS + 1}q")
 _SCALARS_AT = _ENTRY_HEAD.size
 _BATCH_COUNT_AT = _SCALARS_AT + _SCALARS.size
-_BATCHES_AT = _BATCH_COUNT_AT + _BATCH_COUNT.size
+_BATCHES_AT = _BATCH_COUNT_AT + _COUNT.size
+_RESPONSE_COUNT_AT = _BATCHES_AT + BATCH_SIZES * _BATCH.size
+_RESPONSES_AT = _RESPONSE_COUNT_AT + _COUNT.size
+_HISTOGRAMS_AT = _RESPONSES_AT + RESPONSE_INDEXES * _RESPONSE.size
+ENTRY_BYTES = _HISTOGRAMS_AT + HISTOGRAMS * _HISTOGRAM.size + 40  # a multiple of 8
+ENTRY_CAPACITY = (SLOT_BYTES - 64) // ENTRY_BYTES
+
+# One histogram as the board keeps it: (buckets in use, observations, sum, bucket counts).
+HistogramCounts = tuple[int, int, float, tuple[int, ...]]
 
 
 class WorkerState(enum.IntEnum):
@@ -58,6 +69,8 @@ class EntryCounters:
 
     scalars: tuple[int, ...]
     batches: tuple[tuple[int, ...], ...]  # (batch size, 6 values) per batch size seen
+    responses: tuple[tuple[int, ...], ...] = ()  # (response index, 12 values) per index
+    histograms: tuple[HistogramCounts | None, ...] = ()  # HISTOGRAMS of them, None: unused
 
 
 class WorkerBoard:
@@ -207,9 +220,22 @@ class WorkerSlot:
 
     def write_batch(self, base: int, position: int, values: tuple[int, ...]) -> None:
         _BATCH.pack_into(self._view, base + _BATCHES_AT + position * _BATCH.size, *values)
-        count = _BATCH_COUNT.unpack_from(self._view, base + _BATCH_COUNT_AT)[0]
-        if position >= count:
-            _BATCH_COUNT.pack_into(self._view, base + _BATCH_COUNT_AT, position + 1)
+        self._grow(base + _BATCH_COUNT_AT, position)
+
+    def write_response(self, base: int, position: int, values: tuple[int, ...]) -> None:
+        at = base + _RESPONSES_AT + position * _RESPONSE.size
+        _RESPONSE.pack_into(self._view, at, *values)
+        self._grow(base + _RESPONSE_COUNT_AT, position)
+
+    def write_histogram(self, base: int, which: int, counts: HistogramCounts) -> None:
+        used, observations, total, buckets = counts
+        padded = (*buckets, *(0,) * (HISTOGRAM_BUCKETS + 1 - len(buckets)))
+        at = base + _HISTOGRAMS_AT + which * _HISTOGRAM.size
+        _HISTOGRAM.pack_into(self._view, at, used, observations, total, *padded)
+
+    def _grow(self, at: int, position: int) -> None:
+        if position >= _COUNT.unpack_from(self._view, at)[0]:
+            _COUNT.pack_into(self._view, at, position + 1)
 
     def find(self, name: str, version: int, stamp: int) -> EntryCounters | None:
         """This worker's counters for load ``stamp`` of ``name`` ``version``; None when it
@@ -232,12 +258,27 @@ class WorkerSlot:
                     stamp,
                 ):
                     break
-                scalars = _SCALARS.unpack_from(self._view, base + _SCALARS_AT)
-                count = _BATCH_COUNT.unpack_from(self._view, base + _BATCH_COUNT_AT)[0]
-                batches = tuple(
-                    _BATCH.unpack_from(self._view, base + _BATCHES_AT + i * _BATCH.size)
-                    for i in range(min(count, BATCH_SIZES))
-                )
+                counters = self._read_counters(base)
                 if struct.unpack_from("<q", self._view, base)[0] == sequence:
-                    return index, EntryCounters(scalars, batches)
+                    return index, counters
         return None
+
+    def _read_counters(self, base: int) -> EntryCounters:
+        view = self._view
+        scalars = _SCALARS.unpack_from(view, base + _SCALARS_AT)
+        count = min(_COUNT.unpack_from(view, base + _BATCH_COUNT_AT)[0], BATCH_SIZES)
+        batches = tuple(
+            _BATCH.unpack_from(view, base + _BATCHES_AT + i * _BATCH.size) for i in range(count)
+        )
+        count = min(_COUNT.unpack_from(view, base + _RESPONSE_COUNT_AT)[0], RESPONSE_INDEXES)
+        responses = tuple(
+            _RESPONSE.unpack_from(view, base + _RESPONSES_AT + i * _RESPONSE.size)
+            for i in range(count)
+        )
+        histograms: list[HistogramCounts | None] = []
+        for which in range(HISTOGRAMS):
+            used, observations, total, *buckets = _HISTOGRAM.unpack_from(
+                view, base + _HISTOGRAMS_AT + which * _HISTOGRAM.size
+            )
+            histograms.append((used, observations, total, tuple(buckets[:used])) if used else None)
+        return EntryCounters(scalars, batches, responses, tuple(histograms))
