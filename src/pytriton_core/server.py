@@ -181,7 +181,9 @@ class ServerRuntime:
                 self.options.metrics,
                 manager.loaded,
                 self.metric_registry,
-                pinned_pool=staging.stats,
+                pinned_pool=staging.stats
+                if seat is None
+                else seat.summed_pinned_pool(staging.stats),
                 response_cache=self.services.response_cache,
             )
             await self._reporter.start()
@@ -194,7 +196,7 @@ class ServerRuntime:
         self._service.live = True
         if seat is not None:
             seat.set_state(WorkerState.SERVING)
-            seat.watch_parent(loop)
+            seat.watch_parent(loop, staging.stats)
 
     def metrics_text(self) -> str:
         """The Prometheus page, as ``/metrics`` serves it ("" with metrics off)."""

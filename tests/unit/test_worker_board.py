@@ -14,6 +14,7 @@ from pytriton_core.inference.statistics import (
 )
 from pytriton_core.options import MetricsOptions
 from pytriton_core.workers.board import WorkerBoard, WorkerState
+from pytriton_core.workers.seat import WorkerSeat
 from pytriton_core.workers.shared_stats import SharedStatisticsFactory
 
 
@@ -147,3 +148,20 @@ def test_response_stats_and_histograms_are_summed(tmp_path: Path) -> None:
     successor = SharedStatisticsFactory(WorkerBoard.open(board.path), 1)("m", 1, metrics, None)
     assert successor.response_stats[1].success.count == 3
     assert successor.first_response is not None and successor.first_response.count == 3
+
+
+def test_the_pinned_pools_of_live_workers_are_added(tmp_path: Path) -> None:
+    board = WorkerBoard.create(tmp_path, 3)
+    seats = [WorkerSeat(WorkerBoard.open(board.path), i) for i in range(3)]
+    for index, seat in enumerate(seats):
+        seat.set_state(WorkerState.SERVING)
+        in_use = 100 * (index + 1)
+        seat.summed_pinned_pool(
+            lambda used=in_use: {"pinned_limit_bytes": 1000, "pinned_in_use_bytes": used}
+        )()
+    reading = seats[0].summed_pinned_pool(
+        lambda: {"pinned_limit_bytes": 1000, "pinned_in_use_bytes": 50}
+    )()
+    assert reading == {"pinned_limit_bytes": 3000, "pinned_in_use_bytes": 50 + 200 + 300}
+    board.slot(2).mark_down()  # a dead worker's pool is gone with it
+    assert board.pinned_totals() == (2000, 250)

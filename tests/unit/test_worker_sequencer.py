@@ -27,6 +27,7 @@ class _Service:
         self.log: dict[str, Any] = {"log_verbose_level": 0}
         self.applied: list[Any] = []  # each log change applied, in order
         self.regions: dict[str, tuple[str, int, int]] = {}
+        self.cuda: dict[str, tuple[bytes, int, int]] = {}
         self.gate: asyncio.Event | None = None  # holds update_log_settings while unset
         self.at_gate = False
         self.refuse_regions = False
@@ -89,10 +90,24 @@ class _Service:
             raise InvalidArgumentError(f"Unable to open shared memory region: '{key}'")
         self.regions[region] = (key, offset, byte_size)
 
+    async def register_cuda_shm(
+        self,
+        region: str,
+        raw_handle: bytes,
+        device_id: int,
+        byte_size: int,
+        *,
+        replicate: bool = True,
+    ) -> None:
+        self.cuda[region] = (raw_handle, device_id, byte_size)
+
     async def unregister_shm(
         self, kind: str, region: str | None, *, replicate: bool = True
     ) -> None:
-        self.regions.pop(region or "", None)
+        regions: dict[str, Any] = self.regions if kind == "system" else self.cuda
+        if region is None:
+            regions.clear()
+        regions.pop(region or "", None)
 
 
 @asynccontextmanager
@@ -195,12 +210,18 @@ def test_a_registration_one_worker_refuses_is_kept_by_none(tmp_path: Path) -> No
 
 def test_a_joining_worker_takes_the_regions_of_the_others(tmp_path: Path) -> None:
     async def run() -> None:
-        async with _workers(tmp_path, 2) as (_, links, services):
+        async with _workers(tmp_path, 3) as (_, links, services):
             await links[0].join(services[0], explicit_models=False)
             await links[0].call("register_system_shm", ("r", "/k", 8, 64))
+            handle = bytes(range(64))  # a CUDA IPC handle: only its registration carries it
+            await links[0].call("register_cuda_shm", ("c", handle, 0, 128))
             await links[1].join(services[1], explicit_models=False)
             assert services[1].regions == {"r": ("/k", 8, 64)}
+            assert services[1].cuda == {"c": (handle, 0, 128)}
             await links[1].call("unregister_shm", ("system", "r"))
-            assert services[0].regions == services[1].regions == {}
+            await links[1].call("unregister_shm", ("cuda", None))
+            assert [(s.regions, s.cuda) for s in services[:2]] == [({}, {}), ({}, {})]
+            await links[2].join(services[2], explicit_models=False)
+            assert (services[2].regions, services[2].cuda) == ({}, {})
 
     asyncio.run(run())

@@ -34,6 +34,9 @@ HISTOGRAMS = 6  # the 5 latency histograms and the first-response histogram
 HISTOGRAM_BUCKETS = 32  # bounds of one histogram (the +Inf bucket comes on top)
 SCALARS = 23  # see ``SharedStatistics``: 8 durations (count, ns), 3 counts, 4 failures
 _HEADER = struct.Struct("<qqqq")  # sequence, state, pid, entry count
+# After the header: sequence, then the worker's pinned pool: its size and the bytes in use
+_PINNED = struct.Struct("<qqq")
+_PINNED_AT = 40
 # sequence, name, version, in use, and the load the counters belong to (``claim_entry``)
 _ENTRY_HEAD = struct.Struct(f"<q{NAME_BYTES}sqqq")
 _SCALARS = struct.Struct(f"<{SCALARS}q")
@@ -114,6 +117,11 @@ class WorkerBoard:
     def slots(self) -> Iterator[WorkerSlot]:
         return (self.slot(i) for i in range(self.workers))
 
+    def pinned_totals(self) -> tuple[int, int]:
+        """The pinned pools of every worker that is not down: (size, bytes in use)."""
+        pools = [slot.pinned() for slot in self.slots() if slot.state() is not WorkerState.DOWN]
+        return sum(size for size, _ in pools), sum(used for _, used in pools)
+
     def all_serving(self) -> bool:
         return all(slot.state() is WorkerState.SERVING for slot in self.slots())
 
@@ -159,8 +167,27 @@ class WorkerSlot:
 
     def mark_down(self) -> None:
         """The parent, after this slot's worker died. Its counters stay: they are
-        requests it completed, and the worker started in its place continues them."""
+        requests it completed, and the worker started in its place continues them. Its
+        pinned memory went with it."""
         self.set_state(WorkerState.DOWN, 0)
+        self.set_pinned(0, 0)
+
+    def set_pinned(self, size: int, in_use: int) -> None:
+        """The worker's pinned pool (written from its loop only, or by the parent for a
+        dead worker)."""
+        at = self._base + _PINNED_AT
+        sequence = _PINNED.unpack_from(self._view, at)[0]
+        struct.pack_into("<q", self._view, at, sequence + 1)
+        _PINNED.pack_into(self._view, at, sequence + 1, size, in_use)
+        struct.pack_into("<q", self._view, at, sequence + 2)
+
+    def pinned(self) -> tuple[int, int]:
+        """(pool size, bytes in use) as the worker last wrote them."""
+        at = self._base + _PINNED_AT
+        while True:
+            sequence, size, in_use = _PINNED.unpack_from(self._view, at)
+            if sequence % 2 == 0 and struct.unpack_from("<q", self._view, at)[0] == sequence:
+                return size, in_use
 
     # --------------------------------------------------------------- entries
 

@@ -395,6 +395,12 @@ async def _copy_settings(calls: Any, state: dict[str, Any]) -> None:
         await calls.register_system_shm(
             region["name"], region["key"], region["offset"], region["byte_size"], replicate=False
         )
+    for registration in state.get("cuda_regions", ()):
+        args = [_decode(a) for a in registration["args"]]
+        try:
+            await calls.register_cuda_shm(*args, replicate=False)
+        except ServerError as exc:
+            log.warning("could not map CUDA region '%s': %s", args[0], exc.status_text)
 
 
 def _trace_changes(settings: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -9,8 +9,9 @@ it. A worker that dies while a change is sent to it is left out of the answers: 
 started in its place joins with the state of the others.
 
 A worker joins (``{"op": "join", "index", "pid"}``) under the same order: the sequencer
-answers with a joined worker's state (and the last load message of each model loaded by
-a change, with its files, so that a ``file:`` override is loaded again as it was), waits
+answers with a joined worker's state, the last load message of each model loaded by a
+change (with its files, so that a ``file:`` override is loaded again as it was) and the
+CUDA shared-memory registrations (with their IPC handles, which no status shows), waits
 for the joiner's ``{"op": "joined"}``, and adds it to the workers that get every change.
 
 Each connection runs on a thread of its own with blocking sockets: the parent has no event
@@ -49,6 +50,7 @@ class Sequencer:
         self._members_lock = threading.Lock()
         self._members: dict[int, int] = {}  # joined worker index -> its pid
         self._loads: dict[str, dict[str, Any]] = {}  # model name -> its last load message
+        self._cuda: dict[str, dict[str, Any]] = {}  # CUDA region -> its registration
         self._changes = 0
         self._pending = 0  # changes received, not yet answered
         self._listener: socket.socket | None = None
@@ -141,10 +143,20 @@ class Sequencer:
             return {"ok": True, "answers": {str(i): a for i, a in answers.items()}}
 
     def _remember(self, message: dict[str, Any]) -> None:
+        """What a joining worker cannot ask the others for: each model's last load (its
+        files) and the CUDA registrations (a region's status has no IPC handle)."""
         if message["op"] == "load":
             self._loads[message["name"]] = message
         elif message["op"] == "unload":
             self._loads.pop(message["name"], None)
+        elif message.get("method") == "register_cuda_shm":
+            self._cuda[message["args"][0]] = message
+        elif message.get("method") == "unregister_shm" and message["args"][0] == "cuda":
+            region = message["args"][1]
+            if region is None:
+                self._cuda.clear()
+            else:
+                self._cuda.pop(region, None)
 
     def _send_all(
         self, message: dict[str, Any], only: list[int] | None = None
@@ -190,6 +202,8 @@ class Sequencer:
                 if answer.get("ok"):
                     state = answer["result"]
                     break
+            if state is not None:
+                state = {**state, "cuda_regions": list(self._cuda.values())}
             _write(stream, {"ok": True, "state": state, "loads": self._loads})
             if not stream.readline():
                 log.warning("worker %d went away while joining", index)
