@@ -397,6 +397,17 @@ def test_a_restarted_worker_serves_the_models_loaded_before(
     assert _served_by(url) == set(_worker_pids(explicit_server).values())
 
 
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} still there")
+
+
 def _wait_restarted(handle: ServerHandle, index: int, victim: int) -> None:
     """Until worker ``index`` (``victim`` was its pid) runs again and the server is ready."""
     deadline = time.monotonic() + WAIT_S
@@ -429,6 +440,7 @@ def test_a_reload_while_a_worker_is_down_counts_from_the_reload_and_reaches_it(
     assert _served_by(url) == pids  # both have counts of this load
     victim = _worker_pids(explicit_server)[1]
     os.kill(victim, signal.SIGKILL)
+    _wait_gone(victim)  # a connection queued at its listener as it died would be reset
     # While worker 1 is down (or starting), the model is unloaded and loaded again from
     # other files, through whichever worker a connection reaches.
     client.close()
