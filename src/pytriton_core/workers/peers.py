@@ -246,6 +246,10 @@ class PeerLink:
                 for name, model in models.items():
                     if mine.get(name) == model["stamp"]:
                         continue  # loaded at start, as there
+                    if name in mine:
+                        # Loaded at start, but loaded again there since: unloaded first,
+                        # so that it starts again here even where its files are unchanged.
+                        await calls.unload_model(name, replicate=False)
                     message = loads.get(name)
                     if message is not None:
                         await calls.load_model(

@@ -97,29 +97,37 @@ class Sequencer:
             ).start()
 
     def _serve(self, connection: socket.socket) -> None:
-        with connection, connection.makefile("rwb") as stream:
-            line = stream.readline()
-            if not line:
+        try:
+            with connection, connection.makefile("rwb") as stream:
+                self._answer(stream)
+        except OSError:  # the asking worker died meanwhile
+            log.warning("a worker went away before its answer from the workers' parent")
+
+    def _answer(self, stream: Any) -> None:
+        line = stream.readline()
+        if not line:
+            return
+        request = json.loads(line)
+        try:
+            if request.get("op") == "join":
+                self._join(request, stream)
                 return
-            request = json.loads(line)
-            try:
-                if request.get("op") == "join":
-                    self._join(request, stream)
-                    return
-                if request.get("op") == "change":
+            if request.get("op") == "change":
+                with self._members_lock:
+                    self._pending += 1
+                try:
+                    answer = self.change(request["message"])
+                finally:
                     with self._members_lock:
-                        self._pending += 1
-                    try:
-                        answer = self.change(request["message"])
-                    finally:
-                        with self._members_lock:
-                            self._pending -= 1
-                else:
-                    answer = {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
-            except Exception as exc:  # answered: the worker reports it to its client
-                log.exception("a change failed in the workers' parent")
-                answer = error_answer(exc)
-            _write(stream, answer)
+                        self._pending -= 1
+            else:
+                answer = {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
+        except OSError:
+            raise
+        except Exception as exc:  # answered: the worker reports it to its client
+            log.exception("a change failed in the workers' parent")
+            answer = error_answer(exc)
+        _write(stream, answer)
 
     # ------------------------------------------------------------ changes
 
