@@ -83,10 +83,7 @@ class SharedStatistics(ModelStatistics):
     overflow: set[str] = field(default_factory=set)  # what did not fit those tables
 
     def scalars(self) -> tuple[int, ...]:
-        values: list[int] = []
-        for name in _DURATIONS:
-            duration: Duration = getattr(self, name)
-            values += (duration.count, duration.ns)
+        values = list(_duration_values(self, _DURATIONS))
         values += (self.inference_count, self.execution_count, self.last_inference_ms)
         values += (self.failures[reason] for reason in FailureReason)
         return tuple(values)
@@ -272,9 +269,14 @@ def _histogram_counts(histogram: Histogram) -> HistogramCounts:
 
 
 def _response_values(durations: ResponseDurations) -> tuple[int, ...]:
+    return _duration_values(durations, _RESPONSE_DURATIONS)
+
+
+def _duration_values(record: object, names: Sequence[str]) -> tuple[int, ...]:
+    """(count, ns) of each of ``record``'s durations ``names``, in that order."""
     values: list[int] = []
-    for name in _RESPONSE_DURATIONS:
-        duration: Duration = getattr(durations, name)
+    for name in names:
+        duration: Duration = getattr(record, name)
         values += (duration.count, duration.ns)
     return tuple(values)
 
@@ -303,11 +305,7 @@ def _position(
 
 
 def _batch_values(batch: BatchDurations) -> tuple[int, ...]:
-    values: list[int] = []
-    for name in _BATCH_DURATIONS:
-        duration: Duration = getattr(batch, name)
-        values += (duration.count, duration.ns)
-    return tuple(values)
+    return _duration_values(batch, _BATCH_DURATIONS)
 
 
 def _fill(stats: ModelStatistics, counters: EntryCounters) -> None:
