@@ -365,6 +365,16 @@ class TraceManager:
         scope = self._scope(model)
         return scope.settings.wire(scope.remaining)
 
+    def model_overrides(self) -> dict[str, dict[str, list[str] | str]]:
+        """Each model's settings of its own (those it does not take from the global ones),
+        as they are shown on the wire."""
+        overridden = {}
+        for model, scope in self._models.items():
+            shown = scope.settings.wire(scope.remaining)
+            keys = [key for key, attribute in _FIELDS.items() if attribute in scope.overrides]
+            overridden[model] = {key: shown[key] for key in keys if key in shown}
+        return overridden
+
     def update(
         self, model: str | None, changes: Mapping[str, SettingChange]
     ) -> dict[str, list[str] | str]:

@@ -584,6 +584,7 @@ class Model:
         join_s = max(1.0, deadline - loop.time())
         await asyncio.to_thread(self._join_and_finalize, join_s)
         self.state = ModelState.UNAVAILABLE
+        self.stats.release()
 
     def stop_blocking(self) -> None:
         """Stop a model that never served (a load that failed after it started): the
@@ -591,6 +592,7 @@ class Model:
         self.state = ModelState.UNAVAILABLE
         self._scheduler.stop(len(self._instances))
         self._join_and_finalize()
+        self.stats.release()
 
     def _join_and_finalize(self, timeout_s: float | None = None) -> None:
         if self._rate_limiter is not None and self._rate_limit_slots:
