@@ -49,6 +49,10 @@ class ServerCalls(Protocol):
         take it, ``refused`` gets the error there instead."""
         ...
 
+    def cancel(self, request: InferenceRequest) -> None:
+        """Cancel a request given to ``submit`` (its model sees ``is_cancelled()``)."""
+        ...
+
     def is_model_ready(self, name: str, version: int) -> bool: ...
 
     def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:

@@ -170,7 +170,7 @@ class PythonBackend(Backend):
                 raise InternalError(f"Python model file not found in '{path}'")
             interpreter = interpreter_for(spec.parameters.get(ENV_PARAMETER, ""), location)
             model_config = json.dumps(config_to_json_dict(config))
-            return ProcessModel(spec, model_config, location, interpreter)
+            return ProcessModel(spec, model_config, location, interpreter, self._waits)
         module, importer = _import_model_module(path, location)
         try:
             return PythonModel(

@@ -28,12 +28,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
+from pytriton_core.backends.python.bls import Caller, InstanceWaits
+from pytriton_core.backends.python.process_calls import ServedCalls
 from pytriton_core.backends.python.process_transport import (
     Arena,
     ChannelClosed,
-    TensorRef,
+    build_response,
     channel_pair,
     layout,
+    request_header,
+    take_tensors,
 )
 from pytriton_core.config import ModelSpec
 from pytriton_core.errors import InternalError, ModelConfigError, ServerError, UnavailableError
@@ -89,8 +93,13 @@ class ProcessModel(BackendModel):
         model_config: str,
         location: ModelLocation,
         interpreter: str,
+        waits: InstanceWaits,
     ) -> None:
+        """``waits``: the server's record of Python-model instances waiting on BLS."""
         self.spec = spec
+        self.waits = waits
+        self.key = (location.name, location.version)
+        self.server = location.server
         self.decoupled = spec.decoupled
         self.state_outputs = spec.state_outputs
         self._model_config = model_config
@@ -134,6 +143,7 @@ class _Worker:
         self.name = name
         self.channel, theirs = channel_pair()
         self.inputs = Arena.create(0)
+        self.calls = ServedCalls(self.channel, model.server, model.waits, Caller(model.key, name))
         paths = [p for p in sys.path if p]
         self.process = subprocess.Popen(
             [model.interpreter, "-c", _BOOTSTRAP, str(theirs.fileno()), json.dumps(paths)],
@@ -149,7 +159,11 @@ class _Worker:
         self.executing_since = 0.0
         self.death: str | None = None  # why it was killed, when the server killed it
         self.dead = threading.Event()
-        self.channel.send({**init, "arena_size": self.inputs.size}, [self.inputs.fd])
+        answers = self.calls.writer.arena
+        self.channel.send(
+            {**init, "arena_size": self.inputs.size, "answers_size": answers.size},
+            [self.inputs.fd, answers.fd],
+        )
 
     def handshake(self) -> None:
         message, fds = _recv_with_timeout(self, _START_TIMEOUT_S)
@@ -166,6 +180,7 @@ class _Worker:
             pass
 
     def close(self) -> None:
+        self.calls.close()
         self.channel.close()
         self.inputs.close()
         if self.outputs is not None:
@@ -209,6 +224,7 @@ class ProcessInstance(BackendInstance):
         self._closed = False
         self._next_key = 0
         self.up = False
+        model.waits.register(model.key, spec.name)
         self._worker = self._start_worker()  # the load fails if the first start fails
         self._watchdog = threading.Thread(
             target=self._watch, name=f"watchdog-{spec.name}", daemon=True
@@ -258,6 +274,7 @@ class ProcessInstance(BackendInstance):
             worker.kill("finalized")
         worker.dead.wait(10)
         self._model.forget(self)
+        self._model.waits.unregister(self._model.key, self._spec.name)
 
     def _watch(self) -> None:
         model = self._model
@@ -282,12 +299,17 @@ class ProcessInstance(BackendInstance):
         try:
             while True:
                 message, fds = worker.channel.recv()
+                assert worker.outputs is not None  # set by the handshake
                 if fds:
-                    assert worker.outputs is not None
                     worker.outputs.close()
                     worker.outputs = Arena(fds[0], max(os.fstat(fds[0]).st_size, 1))
+                kind = message["kind"]
+                if kind in ("bls_submit", "bls_cancel", "rpc"):
+                    tensors = take_tensors(worker.outputs, message) if kind == "bls_submit" else []
+                    worker.calls.handle(message, tensors)
+                    continue
                 responses = self._responses(worker, message)
-                if message["kind"] == "done":
+                if kind == "done":
                     message["built"] = responses
                     worker.done = message
                     worker.done_event.set()
@@ -302,11 +324,8 @@ class ProcessInstance(BackendInstance):
     ) -> list[InferenceResponse | None]:
         """The message's responses, their tensors copied out of the worker's arena."""
         headers = message["responses"] if message["kind"] == "done" else [message["response"]]
-        refs: list[TensorRef] = message["outputs"]
-        arena = worker.outputs
-        assert arena is not None
-        tensors = [arena.read(ref, copy=True) for ref in refs]
-        arena.add_taken(message["span"])
+        assert worker.outputs is not None
+        tensors = take_tensors(worker.outputs, message)
         built: list[InferenceResponse | None] = []
         position = 0
         for header in headers:
@@ -314,16 +333,8 @@ class ProcessInstance(BackendInstance):
                 built.append(None)
                 continue
             count = header["count"]
-            outputs = tensors[position : position + count]
+            built.append(build_response(header, tensors[position : position + count]))
             position += count
-            error = header["error"]
-            built.append(
-                InferenceResponse(
-                    outputs=outputs,
-                    parameters=header["parameters"],
-                    error=None if error is None else ServerError.from_code(*error),
-                )
-            )
         return built
 
     def _stream(
@@ -423,21 +434,10 @@ class ProcessInstance(BackendInstance):
         batch = []
         for request in requests:
             self._next_key += 1
-            batch.append(
-                {
-                    "key": self._next_key,
-                    "model_name": request.model_name,
-                    "id": request.id,
-                    "inputs": [next(refs) for _ in request.inputs],
-                    "requested": None
-                    if request.requested_outputs is None
-                    else list(request.requested_outputs),
-                    "parameters": dict(request.parameters),
-                    "timeout_us": request.timeout_us,
-                    "correlation_id": request.correlation_id,
-                    "flags": request.flags,
-                }
-            )
+            header = request_header(request)
+            header["key"] = self._next_key
+            header["inputs"] = [next(refs) for _ in request.inputs]
+            batch.append(header)
         return batch, fds
 
 

@@ -20,15 +20,18 @@ from typing import Any
 
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
 from pytriton_core.backends.python.backend import PythonBackend
+from pytriton_core.backends.python.process_calls import WorkerCalls
 from pytriton_core.backends.python.process_transport import (
     Arena,
     Channel,
     ChannelClosed,
     ResponseWriter,
+    request_fields,
+    response_header,
 )
 from pytriton_core.config import ModelSpec, config_from_json
 from pytriton_core.errors import InternalError, ServerError
-from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 
@@ -55,15 +58,6 @@ class _WorkerRequest(InferenceRequest):
             self.live.pop(self.key, None)
 
 
-def response_header(response: InferenceResponse) -> dict[str, Any]:
-    error = response.error
-    return {
-        "error": None if error is None else (error.code, error.message),
-        "parameters": dict(response.parameters),
-        "count": len(response.outputs),
-    }
-
-
 def _error_of(exc: BaseException) -> tuple[Any, str]:
     if isinstance(exc, ServerError):
         return exc.code, exc.message
@@ -80,6 +74,7 @@ class _Worker:
     def run(self) -> None:
         init, fds = self._channel.recv()
         self._inputs = Arena(fds[0], init["arena_size"])
+        self._calls = WorkerCalls(self._channel, self._writer, Arena(fds[1], init["answers_size"]))
         try:
             instance = self._create(init)
         except BaseException as exc:  # the load fails with the model's own words
@@ -103,6 +98,7 @@ class _Worker:
             model_dir=Path(init["model_dir"]),
             version_dir=Path(init["version_dir"]),
             backend_config=init["backend_config"],
+            server=self._calls,
         )
         model = PythonBackend(worker_process=True).load_model(spec, location, config)
         self._decoupled = spec.decoupled
@@ -113,6 +109,8 @@ class _Worker:
         try:
             while True:
                 message, fds = self._channel.recv()
+                if self._calls.dispatch(message, fds):
+                    continue
                 if message["kind"] == "execute":
                     self._work.put((message, fds))
                 elif message["kind"] == "cancel":
@@ -132,18 +130,9 @@ class _Worker:
         copy = self._decoupled  # a decoupled model may read its inputs after execute
         requests = []
         for item in message["batch"]:
-            requested = item["requested"]
+            inputs = [self._inputs.read(ref, copy) for ref in item["inputs"]]
             request = _WorkerRequest(
-                model_name=item["model_name"],
-                id=item["id"],
-                inputs={ref.name: self._inputs.read(ref, copy) for ref in item["inputs"]},
-                requested_outputs=None
-                if requested is None
-                else {n: RequestedOutput(n) for n in requested},
-                parameters=item["parameters"],
-                timeout_us=item["timeout_us"],
-                correlation_id=item["correlation_id"],
-                flags=item["flags"],
+                **request_fields(item, inputs),
                 key=item["key"],
                 writer=self._writer,
                 live=self._live if self._decoupled else None,
