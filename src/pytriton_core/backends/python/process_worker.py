@@ -36,7 +36,7 @@ from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots, as its base: else the base's unset fields are missing
 class _WorkerRequest(InferenceRequest):
     """A request whose responses sent from model code go back to the server."""
 
