@@ -28,6 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
+from pytriton_core.backends.custom_metrics import (
+    MetricFamilySnapshot,
+    MetricKindConflict,
+    MetricRegistry,
+)
 from pytriton_core.backends.python.bls import Caller, InstanceWaits
 from pytriton_core.backends.python.process_calls import ServedCalls
 from pytriton_core.backends.python.process_transport import (
@@ -50,6 +55,8 @@ log = logging.getLogger(__name__)
 MODE_PARAMETER = "EXECUTION_MODE"
 TIMEOUT_PARAMETER = "PROCESS_EXECUTE_TIMEOUT_SECONDS"
 MEMORY_PARAMETER = "PROCESS_MEMORY_LIMIT_BYTES"
+HEARTBEAT_PARAMETER = "PROCESS_HEARTBEAT_TIMEOUT_SECONDS"
+_DEFAULT_HEARTBEAT_TIMEOUT_S = 1.0
 _START_TIMEOUT_S = 120.0
 _WATCH_INTERVAL_S = 0.05
 _MAX_BACKOFF_S = 5.0
@@ -107,6 +114,13 @@ class ProcessModel(BackendModel):
         self.interpreter = interpreter
         self.execute_timeout_s = _number(spec, TIMEOUT_PARAMETER)
         self.memory_limit = int(_number(spec, MEMORY_PARAMETER))
+        heartbeat = spec.parameters.get(HEARTBEAT_PARAMETER)
+        self.heartbeat_timeout_s = (
+            _DEFAULT_HEARTBEAT_TIMEOUT_S
+            if heartbeat is None
+            else _number(spec, HEARTBEAT_PARAMETER)
+        )
+        self.custom_metrics = location.custom_metrics
         self._instances: list[ProcessInstance] = []
         self._lock = threading.Lock()
 
@@ -158,6 +172,8 @@ class _Worker:
         self.done_event = threading.Event()
         self.executing_since = 0.0
         self.death: str | None = None  # why it was killed, when the server killed it
+        self.last_heard = time.monotonic()
+        self.metrics = _MetricsMirror(model.custom_metrics, name)
         self.dead = threading.Event()
         answers = self.calls.writer.arena
         self.channel.send(
@@ -171,6 +187,7 @@ class _Worker:
             code, text = message["error"]
             raise ServerError.from_code(code, text)
         self.outputs = Arena(fds[0], message["arena_size"])
+        self.last_heard = time.monotonic()  # heartbeats start now
 
     def kill(self, reason: str) -> None:
         self.death = self.death or reason
@@ -290,6 +307,15 @@ class ProcessInstance(BackendInstance):
                 and time.monotonic() - since > (model.execute_timeout_s)
             ):
                 worker.kill(f"execute ran past {TIMEOUT_PARAMETER}={model.execute_timeout_s:g}")
+            if (
+                model.heartbeat_timeout_s
+                and not since
+                and time.monotonic() - worker.last_heard > model.heartbeat_timeout_s
+            ):
+                worker.kill(
+                    f"it stopped answering (no heartbeat for {HEARTBEAT_PARAMETER}="
+                    f"{model.heartbeat_timeout_s:g} s while idle)"
+                )
             if model.memory_limit and _resident_bytes(worker.process.pid) > model.memory_limit:
                 worker.kill(f"its memory passed {MEMORY_PARAMETER}={model.memory_limit}")
 
@@ -303,7 +329,12 @@ class ProcessInstance(BackendInstance):
                 if fds:
                     worker.outputs.close()
                     worker.outputs = Arena(fds[0], max(os.fstat(fds[0]).st_size, 1))
+                worker.last_heard = time.monotonic()
                 kind = message["kind"]
+                if "metrics" in message:
+                    worker.metrics.apply(message["metrics"])
+                if kind == "heartbeat":
+                    continue
                 if kind in ("bls_submit", "bls_cancel", "rpc"):
                     tensors = take_tensors(worker.outputs, message) if kind == "bls_submit" else []
                     worker.calls.handle(message, tensors)
@@ -439,6 +470,26 @@ class ProcessInstance(BackendInstance):
             header["inputs"] = [next(refs) for _ in request.inputs]
             batch.append(header)
         return batch, fds
+
+
+class _MetricsMirror:
+    """Brings one worker's custom metrics into the server's registry (``/metrics``)."""
+
+    def __init__(self, registry: MetricRegistry | None, instance: str) -> None:
+        self._registry = registry
+        self._instance = instance
+        self._seen: dict[str, MetricFamilySnapshot] = {}  # what was merged, per family
+
+    def apply(self, families: list[MetricFamilySnapshot]) -> None:
+        if self._registry is None:
+            return
+        for family in families:
+            try:
+                self._registry.merge(family, self._seen.get(family.name))
+            except MetricKindConflict as exc:
+                if family.name not in self._seen:
+                    log.warning("model instance '%s': %s", self._instance, exc)
+            self._seen[family.name] = family
 
 
 def _cancel_hook(worker: _Worker, key: int) -> Callable[[], None]:

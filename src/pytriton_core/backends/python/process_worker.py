@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
+from pytriton_core.backends.custom_metrics import MetricFamilySnapshot, MetricRegistry
 from pytriton_core.backends.python.backend import PythonBackend
 from pytriton_core.backends.python.process_calls import WorkerCalls
 from pytriton_core.backends.python.process_transport import (
@@ -34,6 +35,9 @@ from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
+
+# How often the worker tells the server it is alive (with its custom metrics' changes).
+HEARTBEAT_INTERVAL_S = 0.2
 
 
 @dataclass(eq=False, slots=True)  # slots, as its base: else the base's unset fields are missing
@@ -70,6 +74,10 @@ class _Worker:
         self._writer = ResponseWriter(channel)
         self._work: queue.SimpleQueue[tuple[dict[str, Any], list[int]] | None] = queue.SimpleQueue()
         self._live: dict[int, _WorkerRequest] = {}
+        # The model's custom metrics; the server adds their changes to its own registry.
+        self._metrics = MetricRegistry()
+        self._metrics_lock = threading.Lock()
+        self._metrics_sent: dict[str, MetricFamilySnapshot] = {}
 
     def run(self) -> None:
         init, fds = self._channel.recv()
@@ -84,6 +92,7 @@ class _Worker:
             {"kind": "ready", "arena_size": self._writer.arena.size}, [self._writer.arena.fd]
         )
         threading.Thread(target=self._read, name="worker-reader", daemon=True).start()
+        threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True).start()
         while (item := self._work.get()) is not None:
             message, fds = item
             self._execute(instance, message, fds)
@@ -99,10 +108,31 @@ class _Worker:
             version_dir=Path(init["version_dir"]),
             backend_config=init["backend_config"],
             server=self._calls,
+            custom_metrics=self._metrics,
         )
         model = PythonBackend(worker_process=True).load_model(spec, location, config)
         self._decoupled = spec.decoupled
         return model.create_instance(InstanceSpec(**init["instance"]))
+
+    def _metric_changes(self) -> list[MetricFamilySnapshot]:
+        """The custom metric families that changed since last sent."""
+        with self._metrics_lock:
+            changed = [
+                family
+                for family in self._metrics.snapshot()
+                if self._metrics_sent.get(family.name) != family
+            ]
+            for family in changed:
+                self._metrics_sent[family.name] = family
+        return changed
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_INTERVAL_S)
+            try:
+                self._channel.send({"kind": "heartbeat", "metrics": self._metric_changes()})
+            except ChannelClosed:
+                return
 
     def _read(self) -> None:
         """Control messages: batches go to the main thread; cancellations are applied here."""
@@ -154,6 +184,7 @@ class _Worker:
             if not isinstance(exc, ServerError):
                 traceback.print_exc()
         done["reschedule"] = [r.reschedule for r in requests]
+        done["metrics"] = self._metric_changes()  # counted before the responses are seen
         for request in requests:
             if not self._decoupled:
                 self._live.pop(request.key, None)
