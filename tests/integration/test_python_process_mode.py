@@ -177,6 +177,28 @@ parameters {{ key: "EXECUTION_ENV_PATH" value {{ string_value: "$$TRITON_MODEL_D
 """
 
 
+# Its config comes from auto_complete_config, which imports a package only its own
+# environment has: the hook runs in a process with the model's interpreter, as in Triton.
+COMPLETED = (
+    VERSIONED
+    + """
+    @staticmethod
+    def auto_complete_config(config):
+        import confpkg
+        config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [1]})
+        config.add_output({"name": "VERSION", "data_type": "TYPE_STRING", "dims": [1]})
+        config.set_max_batch_size(0)
+        return config
+"""
+)
+
+COMPLETED_CONFIG = """
+name: "completed"
+backend: "python"
+parameters { key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }
+"""
+
+
 def _env_with_package(env: Path, version: str) -> None:
     """A virtual environment whose only package is ``confpkg`` at ``version``."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
@@ -197,6 +219,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     for name, version in (("pkg_one", "1.0"), ("pkg_two", "2.0")):
         model_dir = write_python_model(root, name, VERSIONED_CONFIG.format(name=name), VERSIONED)
         _env_with_package(model_dir / "env", version)
+    model_dir = write_python_model(root, "completed", COMPLETED_CONFIG, COMPLETED)
+    _env_with_package(model_dir / "env", "3.0")
     with run_pytriton_server(root, metrics=True) as handle:
         yield handle
 
@@ -342,3 +366,12 @@ def test_custom_metrics_of_worker_processes_reach_metrics(server: ServerHandle) 
     assert buckets == {"1": 1, "4": 3, "+Inf": 4}
     stats = client.get_inference_statistics("metrics")["model_stats"][0]
     assert int(stats["execution_count"]) == 4
+
+
+def test_auto_complete_config_runs_in_the_models_environment(server: ServerHandle) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = client.get_model_config("completed")
+    assert [i["name"] for i in config["input"]] == ["IN"]
+    inputs = [httpclient.InferInput("IN", [1], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([0], dtype=np.float32))
+    assert client.infer("completed", inputs).as_numpy("VERSION")[0] == b"3.0"

@@ -19,11 +19,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,6 +68,52 @@ _BOOTSTRAP = (
     "import sys, json; sys.path.extend(json.loads(sys.argv[2])); "
     "from pytriton_core.backends.python.process_worker import main; main(int(sys.argv[1]))"
 )
+
+
+_AUTO_COMPLETE_BOOTSTRAP = (
+    "import sys, json; sys.path.extend(json.loads(sys.argv[3])); "
+    "from pytriton_core.backends.python.process_worker import auto_complete; "
+    "auto_complete(sys.argv[1], sys.argv[2])"
+)
+
+
+def auto_complete_in_worker(interpreter: str, config_json: str, location: ModelLocation) -> str:
+    """The model's ``auto_complete_config`` run in a process of its own (with the model's
+    interpreter): the completed config's JSON, or the hook's error raised here."""
+    request = {
+        "config": config_json,
+        "name": location.name,
+        "version": location.version,
+        "model_dir": str(location.model_dir),
+        "version_dir": str(location.version_dir),
+        "backend_config": dict(location.backend_config),
+    }
+    with tempfile.TemporaryDirectory(prefix="pytriton-auto-complete-") as folder:
+        asked, answer = Path(folder, "request.pickle"), Path(folder, "answer.pickle")
+        asked.write_bytes(pickle.dumps(request))
+        paths = json.dumps([p for p in sys.path if p])
+        try:
+            process = subprocess.run(
+                [interpreter, "-c", _AUTO_COMPLETE_BOOTSTRAP, str(asked), str(answer), paths],
+                env={**os.environ, "PYTHONNOUSERSITE": "1"},
+                timeout=_START_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise InternalError(
+                f"model '{location.name}': auto_complete_config did not finish within "
+                f"{_START_TIMEOUT_S:g} s"
+            ) from None
+        if not answer.is_file():
+            raise InternalError(
+                f"model '{location.name}': the process running its auto_complete_config "
+                f"exited ({_exit_text(process.returncode)})"
+            )
+        result = pickle.loads(answer.read_bytes())
+    if "error" in result:
+        raise ServerError.from_code(*result["error"])
+    completed: str = result["config"]
+    return completed
 
 
 def process_mode(spec: ModelSpec) -> bool:

@@ -8,7 +8,9 @@ through its own arena (``process_transport``). Started by the server as
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import queue
 import socket
 import threading
@@ -30,7 +32,7 @@ from pytriton_core.backends.python.process_transport import (
     request_fields,
     response_header,
 )
-from pytriton_core.config import ModelSpec, config_from_json
+from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -189,6 +191,27 @@ class _Worker:
             if not self._decoupled:
                 self._live.pop(request.key, None)
         self._writer.send(done, outputs)
+
+
+def auto_complete(asked: str, answer: str) -> None:
+    """Run the model's ``auto_complete_config`` on the config in ``asked`` and write the
+    completed config (or the error) to ``answer`` (``auto_complete_in_worker``)."""
+    request = pickle.loads(Path(asked).read_bytes())
+    location = ModelLocation(
+        name=request["name"],
+        version=request["version"],
+        model_dir=Path(request["model_dir"]),
+        version_dir=Path(request["version_dir"]),
+        backend_config=request["backend_config"],
+    )
+    result: dict[str, Any]
+    try:
+        config = config_from_json(request["config"])
+        PythonBackend(worker_process=True).auto_complete_config(config, location)
+        result = {"config": json.dumps(config_to_json_dict(config))}
+    except BaseException as exc:  # the load fails with the hook's own words
+        result = {"error": _error_of(exc)}
+    Path(answer).write_bytes(pickle.dumps(result))
 
 
 def main(fd: int) -> None:
