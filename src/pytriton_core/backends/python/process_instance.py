@@ -26,8 +26,8 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
