@@ -65,8 +65,9 @@ _WATCH_INTERVAL_S = 0.05
 _MAX_BACKOFF_S = 5.0
 
 _BOOTSTRAP = (
-    "import sys, json; sys.path.extend(json.loads(sys.argv[2])); "
-    "from pytriton_core.backends.python.process_worker import main; main(int(sys.argv[1]))"
+    "import sys, json; sys.path.extend(json.loads(sys.argv[3])); "
+    "from pytriton_core.backends.python.process_worker import main; "
+    "main(int(sys.argv[1]), int(sys.argv[2]))"
 )
 
 
@@ -200,25 +201,35 @@ class ProcessModel(BackendModel):
 
 
 class _Worker:
-    """One worker process and what is in flight on it."""
+    """One worker process and what is in flight on it.
+
+    Two connections: ``channel`` carries batches and their answers only, between the
+    instance's thread and the worker's main thread, which each wait on it directly (no
+    other thread on a request's path); ``events`` carries the rest (responses sent from
+    model code, BLS, cancellations, heartbeats), read by a thread on each side, which also
+    sees the worker's death at once. Each direction of each connection has its own arena.
+    """
 
     def __init__(self, model: ProcessModel, name: str, init: Mapping[str, Any]) -> None:
         self.name = name
         self.channel, theirs = channel_pair()
+        self.events, their_events = channel_pair()
         self.inputs = Arena.create(0)
-        self.calls = ServedCalls(self.channel, model.server, model.waits, Caller(model.key, name))
+        self.calls = ServedCalls(self.events, model.server, model.waits, Caller(model.key, name))
         paths = [p for p in sys.path if p]
+        fds = [theirs.fileno(), their_events.fileno()]
         self.process = subprocess.Popen(
-            [model.interpreter, "-c", _BOOTSTRAP, str(theirs.fileno()), json.dumps(paths)],
-            pass_fds=[theirs.fileno()],
+            [model.interpreter, "-c", _BOOTSTRAP, *map(str, fds), json.dumps(paths)],
+            pass_fds=fds,
             env={**os.environ, "PYTHONNOUSERSITE": "1"},
         )
         theirs.close()
-        self.outputs: Arena | None = None
+        their_events.close()
+        self.outputs: Arena | None = None  # the worker's answers to batches
+        self.event_outputs: Arena | None = None  # the tensors of its other messages
         self.lock = threading.Lock()
         self.in_flight: dict[int, InferenceRequest] = {}
-        self.done: dict[str, Any] | None = None
-        self.done_event = threading.Event()
+        self.death_text = ""  # what the requests of a dead worker are answered
         self.executing_since = 0.0
         self.death: str | None = None  # why it was killed, when the server killed it
         self.last_heard = time.monotonic()
@@ -236,6 +247,7 @@ class _Worker:
             code, text = message["error"]
             raise ServerError.from_code(code, text)
         self.outputs = Arena(fds[0], message["arena_size"])
+        self.event_outputs = Arena(fds[1], message["events_arena_size"])
         self.last_heard = time.monotonic()  # heartbeats start now
 
     def kill(self, reason: str) -> None:
@@ -248,9 +260,11 @@ class _Worker:
     def close(self) -> None:
         self.calls.close()
         self.channel.close()
+        self.events.close()
         self.inputs.close()
-        if self.outputs is not None:
-            self.outputs.close()
+        for arena in (self.outputs, self.event_outputs):
+            if arena is not None:
+                arena.close()
 
 
 def _recv_with_timeout(worker: _Worker, timeout_s: float) -> tuple[Any, list[int]]:
@@ -371,51 +385,29 @@ class ProcessInstance(BackendInstance):
     # ---------------------------------------------------------------- messages
 
     def _read(self, worker: _Worker) -> None:
+        """The worker's ``events`` connection, until it closes (the worker died)."""
         try:
             while True:
-                message, fds = worker.channel.recv()
-                assert worker.outputs is not None  # set by the handshake
+                message, fds = worker.events.recv()
+                assert worker.event_outputs is not None  # set by the handshake
                 if fds:
-                    worker.outputs.close()
-                    worker.outputs = Arena(fds[0], max(os.fstat(fds[0]).st_size, 1))
+                    worker.event_outputs = _regrown(worker.event_outputs, fds[0])
                 worker.last_heard = time.monotonic()
                 kind = message["kind"]
                 if "metrics" in message:
                     worker.metrics.apply(message["metrics"])
                 if kind == "heartbeat":
                     continue
-                if kind in ("bls_submit", "bls_cancel", "rpc"):
-                    tensors = take_tensors(worker.outputs, message) if kind == "bls_submit" else []
-                    worker.calls.handle(message, tensors)
-                    continue
-                responses = self._responses(worker, message)
-                if kind == "done":
-                    message["built"] = responses
-                    worker.done = message
-                    worker.done_event.set()
+                if kind == "send":
+                    self._stream(worker, message, _responses(worker.event_outputs, message))
                 else:
-                    self._stream(worker, message, responses)
+                    tensors = (
+                        take_tensors(worker.event_outputs, message) if kind == "bls_submit" else []
+                    )
+                    worker.calls.handle(message, tensors)
         except ChannelClosed:
             pass
         self._died(worker)
-
-    def _responses(
-        self, worker: _Worker, message: dict[str, Any]
-    ) -> list[InferenceResponse | None]:
-        """The message's responses, their tensors copied out of the worker's arena."""
-        headers = message["responses"] if message["kind"] == "done" else [message["response"]]
-        assert worker.outputs is not None
-        tensors = take_tensors(worker.outputs, message)
-        built: list[InferenceResponse | None] = []
-        position = 0
-        for header in headers:
-            if header is None:
-                built.append(None)
-                continue
-            count = header["count"]
-            built.append(build_response(header, tensors[position : position + count]))
-            position += count
-        return built
 
     def _stream(
         self, worker: _Worker, message: dict[str, Any], responses: list[InferenceResponse | None]
@@ -442,10 +434,9 @@ class ProcessInstance(BackendInstance):
             worker.in_flight.clear()
         for request in stranded:
             request.send_threadsafe(InferenceResponse.failed(InternalError(text)), True)
-        worker.done = {"kind": "died", "text": text}
-        worker.done_event.set()
-        worker.close()
+        worker.death_text = text
         worker.dead.set()
+        worker.close()
         if not self._closed:
             threading.Thread(
                 target=self._restart, name=f"restart-{self._spec.name}", daemon=True
@@ -462,8 +453,6 @@ class ProcessInstance(BackendInstance):
                 f"model instance '{self._spec.name}': its worker process is restarting"
             )
         batch, fds = self._place(worker, requests)
-        worker.done_event.clear()
-        worker.done = None
         if self._model.decoupled:
             with worker.lock:
                 for item, request in zip(batch, requests, strict=True):
@@ -478,21 +467,25 @@ class ProcessInstance(BackendInstance):
             worker.channel.send(
                 {"kind": "execute", "batch": batch, "arena_size": worker.inputs.size}, fds
             )
+            timing.mark_input_done()
+            done, fds = worker.channel.recv()
         except ChannelClosed:
-            pass  # the reader reports the death below
-        timing.mark_input_done()
-        worker.done_event.wait()
-        worker.executing_since = 0.0
+            # The reader thread finds out why, answers the streams and restarts it.
+            worker.dead.wait(_START_TIMEOUT_S)
+            raise InternalError(worker.death_text or "the model's worker process died") from None
+        finally:
+            worker.executing_since = 0.0
         timing.mark_infer_done()
-        done = worker.done
-        assert done is not None
-        if done["kind"] == "died":
-            raise InternalError(done["text"])
+        assert worker.outputs is not None  # set by the handshake
+        if fds:
+            worker.outputs = _regrown(worker.outputs, fds[0])
+        worker.last_heard = time.monotonic()
+        worker.metrics.apply(done["metrics"])
+        built = _responses(worker.outputs, done)
         if done["failure"] is not None:
             raise ServerError.from_code(*done["failure"])
         for request, again in zip(requests, done["reschedule"], strict=True):
             request.reschedule = again
-        built: list[InferenceResponse | None] = done["built"]
         return built
 
     def _place(
@@ -521,17 +514,45 @@ class ProcessInstance(BackendInstance):
         return batch, fds
 
 
+def _regrown(arena: Arena, fd: int) -> Arena:
+    """The worker's new, larger arena in place of ``arena``."""
+    arena.close()
+    return Arena(fd, max(os.fstat(fd).st_size, 1))
+
+
+def _responses(arena: Arena, message: dict[str, Any]) -> list[InferenceResponse | None]:
+    """A message's responses, their tensors copied out of the worker's arena."""
+    headers = message["responses"] if message["kind"] == "done" else [message["response"]]
+    tensors = take_tensors(arena, message)
+    built: list[InferenceResponse | None] = []
+    position = 0
+    for header in headers:
+        if header is None:
+            built.append(None)
+            continue
+        count = header["count"]
+        built.append(build_response(header, tensors[position : position + count]))
+        position += count
+    return built
+
+
 class _MetricsMirror:
     """Brings one worker's custom metrics into the server's registry (``/metrics``)."""
 
     def __init__(self, registry: MetricRegistry | None, instance: str) -> None:
         self._registry = registry
         self._instance = instance
+        self._lock = threading.Lock()  # batches' answers and heartbeats come on two threads
         self._seen: dict[str, MetricFamilySnapshot] = {}  # what was merged, per family
 
     def apply(self, families: list[MetricFamilySnapshot]) -> None:
-        if self._registry is None:
+        if self._registry is None or not families:
             return
+        with self._lock:
+            self._merge(families)
+
+    def _merge(self, families: list[MetricFamilySnapshot]) -> None:
+        assert self._registry is not None
         for family in families:
             try:
                 self._registry.merge(family, self._seen.get(family.name))
@@ -544,7 +565,7 @@ class _MetricsMirror:
 def _cancel_hook(worker: _Worker, key: int) -> Callable[[], None]:
     def cancel() -> None:
         try:
-            worker.channel.send({"kind": "cancel", "key": key})
+            worker.events.send({"kind": "cancel", "key": key})
         except ChannelClosed:
             pass
 

@@ -100,6 +100,10 @@ class Channel:
         return b"".join(chunks)
 
     def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # a thread blocked on it wakes up
+        except OSError:
+            pass
         self._sock.close()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import queue
 import socket
 import threading
 import time
@@ -71,10 +70,14 @@ def _error_of(exc: BaseException) -> tuple[Any, str]:
 
 
 class _Worker:
-    def __init__(self, channel: Channel) -> None:
+    """``channel``: batches in, their answers out, on the main thread only; ``events``:
+    the rest (``process_instance._Worker`` says why), read by a thread of its own."""
+
+    def __init__(self, channel: Channel, events: Channel) -> None:
         self._channel = channel
-        self._writer = ResponseWriter(channel)
-        self._work: queue.SimpleQueue[tuple[dict[str, Any], list[int]] | None] = queue.SimpleQueue()
+        self._events = events
+        self._writer = ResponseWriter(channel)  # the batches' answers
+        self._event_writer = ResponseWriter(events)  # responses sent by model code, BLS
         self._live: dict[int, _WorkerRequest] = {}
         # The model's custom metrics; the server adds their changes to its own registry.
         self._metrics = MetricRegistry()
@@ -84,19 +87,28 @@ class _Worker:
     def run(self) -> None:
         init, fds = self._channel.recv()
         self._inputs = Arena(fds[0], init["arena_size"])
-        self._calls = WorkerCalls(self._channel, self._writer, Arena(fds[1], init["answers_size"]))
+        answers = Arena(fds[1], init["answers_size"])
+        self._calls = WorkerCalls(self._events, self._event_writer, answers)
         try:
             instance = self._create(init)
         except BaseException as exc:  # the load fails with the model's own words
             self._channel.send({"kind": "failed", "error": _error_of(exc)})
             return
-        self._channel.send(
-            {"kind": "ready", "arena_size": self._writer.arena.size}, [self._writer.arena.fd]
-        )
+        ready = {
+            "kind": "ready",
+            "arena_size": self._writer.arena.size,
+            "events_arena_size": self._event_writer.arena.size,
+        }
+        self._channel.send(ready, [self._writer.arena.fd, self._event_writer.arena.fd])
         threading.Thread(target=self._read, name="worker-reader", daemon=True).start()
         threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True).start()
-        while (item := self._work.get()) is not None:
-            message, fds = item
+        while True:
+            try:
+                message, fds = self._channel.recv()
+            except ChannelClosed:
+                os._exit(0)  # the server is gone: nothing to answer to
+            if message["kind"] == "stop":
+                break
             self._execute(instance, message, fds)
         instance.finalize()
 
@@ -132,26 +144,21 @@ class _Worker:
         while True:
             time.sleep(HEARTBEAT_INTERVAL_S)
             try:
-                self._channel.send({"kind": "heartbeat", "metrics": self._metric_changes()})
+                self._events.send({"kind": "heartbeat", "metrics": self._metric_changes()})
             except ChannelClosed:
                 return
 
     def _read(self) -> None:
-        """Control messages: batches go to the main thread; cancellations are applied here."""
+        """The ``events`` connection: cancellations, and the answers to BLS calls."""
         try:
             while True:
-                message, fds = self._channel.recv()
+                message, fds = self._events.recv()
                 if self._calls.dispatch(message, fds):
                     continue
-                if message["kind"] == "execute":
-                    self._work.put((message, fds))
-                elif message["kind"] == "cancel":
+                if message["kind"] == "cancel":
                     request = self._live.get(message["key"])
                     if request is not None:
                         request.cancel()
-                elif message["kind"] == "stop":
-                    self._work.put(None)
-                    return
         except ChannelClosed:
             os._exit(0)  # the server is gone: nothing to answer to
 
@@ -166,7 +173,7 @@ class _Worker:
             request = _WorkerRequest(
                 **request_fields(item, inputs),
                 key=item["key"],
-                writer=self._writer,
+                writer=self._event_writer,
                 live=self._live if self._decoupled else None,
             )
             self._live[request.key] = request
@@ -214,6 +221,6 @@ def auto_complete(asked: str, answer: str) -> None:
     Path(answer).write_bytes(pickle.dumps(result))
 
 
-def main(fd: int) -> None:
+def main(fd: int, events_fd: int) -> None:
     channel = Channel(socket.socket(fileno=fd))
-    _Worker(channel).run()
+    _Worker(channel, Channel(socket.socket(fileno=events_fd))).run()
