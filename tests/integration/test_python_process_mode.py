@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,23 @@ parameters { key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIR
 """
 
 
+def _wheel(folder: Path, version: str) -> Path:
+    """A pure-Python wheel of ``confpkg`` at ``version``, made by hand (no build, no index)."""
+    dist = f"confpkg-{version}.dist-info"
+    files = {
+        "confpkg/__init__.py": f"VERSION = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: confpkg\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    path = folder / f"confpkg-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+        wheel.writestr(f"{dist}/RECORD", "".join(f"{name},,\n" for name in [*files, dist]))
+    return path
+
+
 def _env_with_package(env: Path, version: str) -> None:
     """A virtual environment whose only package is ``confpkg`` at ``version``."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
@@ -219,9 +237,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     for name, version in (("pkg_one", "1.0"), ("pkg_two", "2.0")):
         model_dir = write_python_model(root, name, VERSIONED_CONFIG.format(name=name), VERSIONED)
         _env_with_package(model_dir / "env", version)
+    # A requirements.txt: installed once into a cached environment of the server's Python.
+    model_dir = write_python_model(
+        root,
+        "pkg_req",
+        VERSIONED_CONFIG.format(name="pkg_req").replace("/env", "/requirements.txt"),
+        VERSIONED,
+    )
+    (model_dir / "requirements.txt").write_text(f"./{_wheel(model_dir, '4.0').name}\n")
     model_dir = write_python_model(root, "completed", COMPLETED_CONFIG, COMPLETED)
     _env_with_package(model_dir / "env", "3.0")
-    with run_pytriton_server(root, metrics=True) as handle:
+    cache = f"--backend-config=python,execution-env-cache-dir={root / 'env-cache'}"
+    with run_pytriton_server(root, cache, metrics=True) as handle:
         yield handle
 
 
@@ -315,7 +342,7 @@ def test_each_model_gets_its_own_environment(server: ServerHandle) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
     inputs = [httpclient.InferInput("IN", [1], "FP32")]
     inputs[0].set_data_from_numpy(np.array([0], dtype=np.float32))
-    for model, version in (("pkg_one", b"1.0"), ("pkg_two", b"2.0")):
+    for model, version in (("pkg_one", b"1.0"), ("pkg_two", b"2.0"), ("pkg_req", b"4.0")):
         assert client.infer(model, inputs).as_numpy("VERSION")[0] == version
 
 
