@@ -353,6 +353,8 @@ def _repository(root: Path) -> None:
     write_python(root, "manager_proc", MANAGER, MANAGER_CONFIG + PROCESS_MODE)
     write_python(root, "managed_by_proc", ADD_SUB, ADD_SUB_CONFIG)
     write_python(root, "recursive_proc", RECURSIVE, RECURSIVE_CONFIG + PROCESS_MODE)
+    two = "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+    write_python(root, "recursive_pair_proc", RECURSIVE, RECURSIVE_CONFIG + two + PROCESS_MODE)
 
 
 @pytest.fixture(scope="module")
@@ -381,6 +383,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             "counter_proc",
             "manager_proc",
             "recursive_proc",
+            "recursive_pair_proc",
         )
     ]
     with run_pytriton_server(root, "--model-control-mode=explicit", *startup) as handle:
@@ -555,5 +558,11 @@ def test_a_process_mode_model_calling_itself_without_a_free_instance_fails(
     assert _depth(http, httpclient, "recursive_proc", 0).as_numpy("DEPTH").tolist() == [0]
     with pytest.raises(InferenceServerException) as caught:
         _depth(http, httpclient, "recursive_proc", 1)
-    assert "no instance of model 'recursive_proc' can get free" in caught.value.message()
+    message = caught.value.message()
+    assert message.startswith("Model recursive_proc - Error when running inference: deadlock")
+    assert "no instance of model 'recursive_proc' can get free" in message
     assert _depth(http, httpclient, "recursive_proc", 0).as_numpy("DEPTH").tolist() == [0]
+    # The server knows every worker's instance: with two, one level of self-call runs.
+    assert _depth(http, httpclient, "recursive_pair_proc", 1).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException, match="deadlock"):
+        _depth(http, httpclient, "recursive_pair_proc", 2)

@@ -131,7 +131,8 @@ class PythonBackend(Backend):
         the model in-process whatever its config asks."""
         self._worker_process = worker_process
         # Which instances of this server's Python models wait on BLS answers (deadlocks).
-        self._waits = InstanceWaits()
+        # A worker process knows only its own instance: the server tracks them all.
+        self._waits = InstanceWaits(tracking=not worker_process)
 
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
         cfg: Any = config

@@ -41,14 +41,18 @@ class InstanceWaits:
     """Which Python-model instances wait on BLS answers, and from which models.
 
     One per server. A model none of whose instances is tracked here (any other backend)
-    always gets free: its instances never wait on BLS.
+    always gets free: its instances never wait on BLS. ``tracking=False`` (a process-mode
+    model's worker, which knows only its own instance) tracks nothing: the server does.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tracking: bool = True) -> None:
         self._lock = threading.Lock()
+        self._tracking = tracking
         self._instances: dict[ModelKey, dict[str, Counter[ModelKey]]] = {}
 
     def register(self, model: ModelKey, instance: str) -> None:
+        if not self._tracking:
+            return
         with self._lock:
             self._instances.setdefault(model, {})[instance] = Counter()
 
