@@ -295,6 +295,12 @@ input [ { name: "DEPTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "DEPTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
+# DEPTH > 0: calls the model its config parameter NEXT names with DEPTH - 1.
+CHAIN = RECURSIVE.replace(
+    'self.name = args["model_name"]',
+    'self.name = json.loads(args["model_config"])["parameters"]["NEXT"]["string_value"]',
+).replace("import numpy as np", "import json\n\nimport numpy as np")
+
 WAIT_S = 120.0
 PROCESS_MODE = parameter("EXECUTION_MODE", "process")
 
@@ -354,6 +360,10 @@ def _repository(root: Path) -> None:
     write_python(root, "managed_by_proc", ADD_SUB, ADD_SUB_CONFIG)
     write_python(root, "recursive_proc", RECURSIVE, RECURSIVE_CONFIG + PROCESS_MODE)
     two = "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+    # A cycle through both kinds: ping (in process) -> pong (process mode) -> ping.
+    write_python(root, "ping", CHAIN, RECURSIVE_CONFIG + parameter("NEXT", "pong_proc"))
+    pong = RECURSIVE_CONFIG + parameter("NEXT", "ping") + PROCESS_MODE
+    write_python(root, "pong_proc", CHAIN, pong)
     write_python(root, "recursive_pair_proc", RECURSIVE, RECURSIVE_CONFIG + two + PROCESS_MODE)
 
 
@@ -384,6 +394,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             "manager_proc",
             "recursive_proc",
             "recursive_pair_proc",
+            "ping",
+            "pong_proc",
         )
     ]
     with run_pytriton_server(root, "--model-control-mode=explicit", *startup) as handle:
@@ -566,3 +578,12 @@ def test_a_process_mode_model_calling_itself_without_a_free_instance_fails(
     assert _depth(http, httpclient, "recursive_pair_proc", 1).as_numpy("DEPTH").tolist() == [0]
     with pytest.raises(InferenceServerException, match="deadlock"):
         _depth(http, httpclient, "recursive_pair_proc", 2)
+
+
+def test_a_cycle_through_a_process_mode_model_fails_instead_of_hanging(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    assert _depth(http, httpclient, "ping", 1).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException) as caught:
+        _depth(http, httpclient, "ping", 2)  # pong_proc would wait on ping's only instance
+    assert "no instance of model 'ping' can get free" in caught.value.message()

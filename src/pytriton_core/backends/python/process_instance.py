@@ -78,17 +78,21 @@ _AUTO_COMPLETE_BOOTSTRAP = (
 )
 
 
-def auto_complete_in_worker(interpreter: str, config_json: str, location: ModelLocation) -> str:
-    """The model's ``auto_complete_config`` run in a process of its own (with the model's
-    interpreter): the completed config's JSON, or the hook's error raised here."""
-    request = {
-        "config": config_json,
+def location_fields(location: ModelLocation) -> dict[str, Any]:
+    """What a worker process needs of the model's location (its ``_location``)."""
+    return {
         "name": location.name,
         "version": location.version,
         "model_dir": str(location.model_dir),
         "version_dir": str(location.version_dir),
         "backend_config": dict(location.backend_config),
     }
+
+
+def auto_complete_in_worker(interpreter: str, config_json: str, location: ModelLocation) -> str:
+    """The model's ``auto_complete_config`` run in a process of its own (with the model's
+    interpreter): the completed config's JSON, or the hook's error raised here."""
+    request = {"config": config_json, **location_fields(location)}
     with tempfile.TemporaryDirectory(prefix="pytriton-auto-complete-") as folder:
         asked, answer = Path(folder, "request.pickle"), Path(folder, "answer.pickle")
         asked.write_bytes(pickle.dumps(request))
@@ -179,14 +183,9 @@ class ProcessModel(BackendModel):
             return all(instance.up for instance in self._instances)
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
-        location = self._location
         init = {
             "config": self._model_config,
-            "name": location.name,
-            "version": location.version,
-            "model_dir": str(location.model_dir),
-            "version_dir": str(location.version_dir),
-            "backend_config": dict(location.backend_config),
+            **location_fields(self._location),
             "instance": {"name": spec.name, "kind": spec.kind, "device_id": spec.device_id},
         }
         instance = ProcessInstance(self, spec, init)

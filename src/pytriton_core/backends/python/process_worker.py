@@ -115,15 +115,7 @@ class _Worker:
     def _create(self, init: dict[str, Any]) -> Any:
         config = config_from_json(init["config"])
         spec = ModelSpec.from_config(config, init["version"])
-        location = ModelLocation(
-            name=init["name"],
-            version=init["version"],
-            model_dir=Path(init["model_dir"]),
-            version_dir=Path(init["version_dir"]),
-            backend_config=init["backend_config"],
-            server=self._calls,
-            custom_metrics=self._metrics,
-        )
+        location = _location(init, server=self._calls, custom_metrics=self._metrics)
         model = PythonBackend(worker_process=True).load_model(spec, location, config)
         self._decoupled = spec.decoupled
         return model.create_instance(InstanceSpec(**init["instance"]))
@@ -200,17 +192,23 @@ class _Worker:
         self._writer.send(done, outputs)
 
 
+def _location(fields: dict[str, Any], **extra: Any) -> ModelLocation:
+    """The model's location from what the server sent (``location_fields``)."""
+    return ModelLocation(
+        name=fields["name"],
+        version=fields["version"],
+        model_dir=Path(fields["model_dir"]),
+        version_dir=Path(fields["version_dir"]),
+        backend_config=fields["backend_config"],
+        **extra,
+    )
+
+
 def auto_complete(asked: str, answer: str) -> None:
     """Run the model's ``auto_complete_config`` on the config in ``asked`` and write the
     completed config (or the error) to ``answer`` (``auto_complete_in_worker``)."""
     request = pickle.loads(Path(asked).read_bytes())
-    location = ModelLocation(
-        name=request["name"],
-        version=request["version"],
-        model_dir=Path(request["model_dir"]),
-        version_dir=Path(request["version_dir"]),
-        backend_config=request["backend_config"],
-    )
+    location = _location(request)
     result: dict[str, Any]
     try:
         config = config_from_json(request["config"])
