@@ -368,7 +368,14 @@ output [
 ]
 """
 
+# DEPTH > 0: calls the model its config parameter NEXT names with DEPTH - 1.
+CHAIN = RECURSIVE.replace(
+    'self.name = args["model_name"]',
+    'self.name = json.loads(args["model_config"])["parameters"]["NEXT"]["string_value"]',
+).replace("import numpy as np", "import json\n\nimport numpy as np")
+
 WAIT_S = 120.0
+PROCESS_MODE = parameter("EXECUTION_MODE", "process")
 
 
 def _repository(root: Path) -> None:
@@ -412,6 +419,34 @@ def _repository(root: Path) -> None:
         RECURSIVE,
         RECURSIVE_CONFIG + "instance_group [ { count: 2 kind: KIND_CPU } ]",
     )
+    # The same calls from (and to) models in process mode (their own worker processes).
+    write_python(root, "caller_proc", CALLER, ADD_SUB_CONFIG + PROCESS_MODE)
+    write_python(root, "add_sub_proc", ADD_SUB, ADD_SUB_CONFIG + PROCESS_MODE)
+    write_python(
+        root,
+        "gather_proc",
+        GATHER.replace('"rendezvous"', '"rendezvous_proc"'),
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "SEEN" data_type: TYPE_INT32 dims: [ 10 ] } ]\n' + PROCESS_MODE,
+    )
+    write_python(
+        root,
+        "rendezvous_proc",
+        RENDEZVOUS,
+        "model_transaction_policy { decoupled: true }\n"
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "SEEN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n' + PROCESS_MODE,
+    )
+    write_python(root, "counter_proc", COUNTER, COUNTER_CONFIG + PROCESS_MODE)
+    write_python(root, "manager_proc", MANAGER, MANAGER_CONFIG + PROCESS_MODE)
+    write_python(root, "managed_by_proc", ADD_SUB, ADD_SUB_CONFIG)
+    write_python(root, "recursive_proc", RECURSIVE, RECURSIVE_CONFIG + PROCESS_MODE)
+    two = "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+    # A cycle through both kinds: ping (in process) -> pong (process mode) -> ping.
+    write_python(root, "ping", CHAIN, RECURSIVE_CONFIG + parameter("NEXT", "pong_proc"))
+    pong = RECURSIVE_CONFIG + parameter("NEXT", "ping") + PROCESS_MODE
+    write_python(root, "pong_proc", CHAIN, pong)
+    write_python(root, "recursive_pair_proc", RECURSIVE, RECURSIVE_CONFIG + two + PROCESS_MODE)
 
 
 @pytest.fixture(scope="module")
@@ -445,6 +480,16 @@ def server(tmp_path_factory: pytest.TempPathFactory, trace_file: Path) -> Iterat
             "thread_name_batched",
             "thread_raising",
             "thread_caller",
+            "caller_proc",
+            "add_sub_proc",
+            "gather_proc",
+            "rendezvous_proc",
+            "counter_proc",
+            "manager_proc",
+            "recursive_proc",
+            "recursive_pair_proc",
+            "ping",
+            "pong_proc",
         )
     ]
     with run_pytriton_server(root, "--model-control-mode=explicit", *tracing, *startup) as handle:
@@ -464,14 +509,23 @@ def _pair(module: Any) -> tuple[list[Any], np.ndarray, np.ndarray]:
     return [_tensor(module, "INPUT0", a), _tensor(module, "INPUT1", b)], a, b
 
 
+@pytest.mark.parametrize(
+    ("caller", "target"),
+    [("caller", "add_sub"), ("caller_proc", "add_sub"), ("caller", "add_sub_proc")],
+    ids=["in_process", "from_process_mode", "to_process_mode"],
+)
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_exec_runs_the_target_model(
-    protocol: str, http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+    protocol: str,
+    caller: str,
+    target: str,
+    http: httpclient.InferenceServerClient,
+    grpc: grpcclient.InferenceServerClient,
 ) -> None:
     module: Any = httpclient if protocol == "http" else grpcclient
     client: Any = http if protocol == "http" else grpc
     inputs, a, b = _pair(module)
-    result = client.infer("caller", inputs, parameters={"target": "add_sub"})
+    result = client.infer(caller, inputs, parameters={"target": target})
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
@@ -491,79 +545,93 @@ def test_a_model_that_calls_now_and_then_after_many_short_executions(
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
+@pytest.mark.parametrize("caller", ["caller", "caller_proc"])
 def test_errors_of_the_called_model_reach_the_caller(
-    http: httpclient.InferenceServerClient,
+    caller: str, http: httpclient.InferenceServerClient
 ) -> None:
     inputs, _, _ = _pair(httpclient)
     with pytest.raises(InferenceServerException) as caught:
-        http.infer("caller", inputs, parameters={"target": "raising"})
+        http.infer(caller, inputs, parameters={"target": "raising"})
     assert caught.value.message().startswith(
         "Failed to process the request(s) for model 'raising_0', message: ValueError: boom"
     )
     assert caught.value.status() == "500"
     with pytest.raises(InferenceServerException) as caught:
-        http.infer("caller", inputs, parameters={"target": "nowhere"})
+        http.infer(caller, inputs, parameters={"target": "nowhere"})
     assert caught.value.message() == (
         "Model nowhere - Error when running inference: Failed for execute the inference "
         "request. Model 'nowhere' is not ready."
     )
     with pytest.raises(InferenceServerException) as caught:
-        http.infer("caller", inputs, parameters={"target": "repeat"})
+        http.infer(caller, inputs, parameters={"target": "repeat"})
     assert "Model repeat is using the decoupled" in caught.value.message()
 
 
+@pytest.mark.parametrize("model", ["gather", "gather_proc"])
 def test_ten_async_exec_calls_are_in_flight_at_once(
-    grpc: grpcclient.InferenceServerClient,
+    model: str, grpc: grpcclient.InferenceServerClient
 ) -> None:
+    """gather_proc: both the caller and the target run in process mode."""
     x = np.zeros(4, np.float32)
-    result = grpc.infer("gather", [_tensor(grpcclient, "X", x)], client_timeout=WAIT_S)
+    result = grpc.infer(model, [_tensor(grpcclient, "X", x)], client_timeout=WAIT_S)
     # Each call was answered only after all ten had reached the target.
     assert result.as_numpy("SEEN").tolist() == [10] * 10
 
 
+@pytest.mark.parametrize("model", ["counter", "counter_proc"])
 @pytest.mark.parametrize("count", [0, 1, 100])
 def test_exec_decoupled_iterates_every_response(
-    count: int, http: httpclient.InferenceServerClient
+    count: int, model: str, http: httpclient.InferenceServerClient
 ) -> None:
     x = np.array([1.0, 0.0, -1.0, 2.0], np.float32)
     inputs = [
         _tensor(httpclient, "X", x),
         _tensor(httpclient, "COUNT", np.array([count], np.int32)),
     ]
-    result = http.infer("counter", inputs)
+    result = http.infer(model, inputs)
     assert result.as_numpy("RESPONSES").tolist() == [count]
     expected = sum((x + i for i in range(count)), np.zeros(4, np.float32))
     np.testing.assert_allclose(result.as_numpy("TOTAL"), expected)
 
 
-def test_cancel_stops_a_decoupled_callee(http: httpclient.InferenceServerClient) -> None:
+@pytest.mark.parametrize("model", ["counter", "counter_proc"])
+def test_cancel_stops_a_decoupled_callee(
+    model: str, http: httpclient.InferenceServerClient
+) -> None:
     x = np.zeros(4, np.float32)
     inputs = [_tensor(httpclient, "X", x), _tensor(httpclient, "COUNT", np.array([1], np.int32))]
-    result = http.infer("counter", inputs, parameters={"cancel_after": 3})
+    result = http.infer(model, inputs, parameters={"cancel_after": 3})
     # The callee stops at the next check of request.is_cancelled(); it would send 10000.
     received = int(result.as_numpy("RESPONSES")[0])
     assert 3 <= received < 10000
 
 
-def test_models_load_and_unload_models(http: httpclient.InferenceServerClient) -> None:
+@pytest.mark.parametrize(
+    ("manager", "managed", "adhoc"),
+    [("manager", "managed", "adhoc"), ("manager_proc", "managed_by_proc", "adhoc_by_proc")],
+    ids=["in_process", "process_mode"],
+)
+def test_models_load_and_unload_models(
+    manager: str, managed: str, adhoc: str, http: httpclient.InferenceServerClient
+) -> None:
     def act(action: str, name: str) -> bool:
         inputs = [
             _tensor(httpclient, "ACTION", np.array([action.encode()], np.object_)),
             _tensor(httpclient, "NAME", np.array([name.encode()], np.object_)),
         ]
-        return bool(http.infer("manager", inputs).as_numpy("READY")[0])
+        return bool(http.infer(manager, inputs).as_numpy("READY")[0])
 
-    assert act("ready", "managed") is False
-    assert act("load", "managed") is True
-    assert http.is_model_ready("managed")
+    assert act("ready", managed) is False
+    assert act("load", managed) is True
+    assert http.is_model_ready(managed)
     inputs, a, b = _pair(httpclient)
-    np.testing.assert_array_equal(http.infer("managed", inputs).as_numpy("OUTPUT0"), a + b)
-    assert act("unload", "managed") is False
-    assert not http.is_model_ready("managed")
+    np.testing.assert_array_equal(http.infer(managed, inputs).as_numpy("OUTPUT0"), a + b)
+    assert act("unload", managed) is False
+    assert not http.is_model_ready(managed)
     # With a config and files of its own: a model that is in no repository.
-    assert act("load_files", "adhoc") is True
+    assert act("load_files", adhoc) is True
     x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
-    answer = http.infer("adhoc", [_tensor(httpclient, "X", x)])
+    answer = http.infer(adhoc, [_tensor(httpclient, "X", x)])
     np.testing.assert_array_equal(answer.as_numpy("Y"), 3 * x)
 
 
@@ -679,3 +747,28 @@ def test_a_call_given_the_requests_trace_is_traced_as_its_child(
     assert {"HTTP_RECV_START", "COMPUTE_START", "HTTP_SEND_END"} <= set(
         trace_stamps(entries, parent)
     )
+
+
+def test_a_process_mode_model_calling_itself_without_a_free_instance_fails(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    assert _depth(http, httpclient, "recursive_proc", 0).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException) as caught:
+        _depth(http, httpclient, "recursive_proc", 1)
+    message = caught.value.message()
+    assert message.startswith("Model recursive_proc - Error when running inference: deadlock")
+    assert "no instance of model 'recursive_proc' can get free" in message
+    assert _depth(http, httpclient, "recursive_proc", 0).as_numpy("DEPTH").tolist() == [0]
+    # The server knows every worker's instance: with two, one level of self-call runs.
+    assert _depth(http, httpclient, "recursive_pair_proc", 1).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException, match="deadlock"):
+        _depth(http, httpclient, "recursive_pair_proc", 2)
+
+
+def test_a_cycle_through_a_process_mode_model_fails_instead_of_hanging(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    assert _depth(http, httpclient, "ping", 1).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException) as caught:
+        _depth(http, httpclient, "ping", 2)  # pong_proc would wait on ping's only instance
+    assert "no instance of model 'ping' can get free" in caught.value.message()

@@ -56,6 +56,10 @@ class ServerCalls(Protocol):
         answering before this returns (runtime/model.py ``execute_direct``)."""
         ...
 
+    def cancel(self, request: InferenceRequest) -> None:
+        """Cancel a request given to ``submit`` (its model sees ``is_cancelled()``)."""
+        ...
+
     def is_model_ready(self, name: str, version: int) -> bool: ...
 
     def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:

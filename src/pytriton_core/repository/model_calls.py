@@ -86,6 +86,9 @@ class InProcessCalls:
 
         self._loop.call_soon_threadsafe(submit_on_loop)
 
+    def cancel(self, request: InferenceRequest) -> None:
+        request.cancel_threadsafe()
+
     def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
         self._require_explicit_mode()
         self._run(self._manager.load(name, config_json or None, files or None))

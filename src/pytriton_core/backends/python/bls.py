@@ -42,14 +42,18 @@ class InstanceWaits:
     """Which Python-model instances wait on BLS answers, and from which models.
 
     One per server. A model none of whose instances is tracked here (any other backend)
-    always gets free: its instances never wait on BLS.
+    always gets free: its instances never wait on BLS. ``tracking=False`` (a process-mode
+    model's worker, which knows only its own instance) tracks nothing: the server does.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tracking: bool = True) -> None:
         self._lock = threading.Lock()
+        self._tracking = tracking
         self._instances: dict[ModelKey, dict[str, Counter[ModelKey]]] = {}
 
     def register(self, model: ModelKey, instance: str) -> None:
+        if not self._tracking:
+            return
         with self._lock:
             self._instances.setdefault(model, {})[instance] = Counter()
 
@@ -244,6 +248,9 @@ class BlsBridge:
             self.end_wait(target)
         return _ResponseStream(self, answers, target, request)
 
+    def cancel(self, request: InferenceRequest) -> None:
+        self._calls.cancel(request)
+
     # ---------------------------------------------------------- model management
 
     def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
@@ -346,16 +353,7 @@ class BlsBridge:
             return
         caller = self._caller
         if not self._waits.begin(caller.model, caller.instance, target):
-            raise UnavailableError(
-                _failed(
-                    name,
-                    f"deadlock: instance '{caller.instance}' of model '{caller.model[0]}' "
-                    f"would wait forever, since no instance of model '{target[0]}' can get "
-                    "free to run this request (each one is waiting on BLS responses that "
-                    "depend on it). Give the model more instances or break the cycle of "
-                    "calls.",
-                )
-            )
+            raise deadlock_error(caller, target, name)
 
     def end_wait(self, target: ModelKey) -> None:
         if self._holds_instance:
@@ -398,7 +396,22 @@ class _ResponseStream:
         """Ask the called model to stop (``request.is_cancelled()`` turns true there)."""
         request = self._answers.request
         if request is not None:
-            request.cancel_threadsafe()
+            self._bridge.cancel(request)
+
+
+def deadlock_error(caller: Caller, target: ModelKey, name: str) -> UnavailableError:
+    """The refusal of a call ``InstanceWaits.begin`` found could never be answered."""
+    return UnavailableError(_failed(name, deadlock_detail(caller, target)))
+
+
+def deadlock_detail(caller: Caller, target: ModelKey) -> str:
+    return (
+        f"deadlock: instance '{caller.instance}' of model '{caller.model[0]}' "
+        f"would wait forever, since no instance of model '{target[0]}' can get "
+        "free to run this request (each one is waiting on BLS responses that "
+        "depend on it). Give the model more instances or break the cycle of "
+        "calls."
+    )
 
 
 def _failed(model: str, detail: str) -> str:
