@@ -52,6 +52,7 @@ from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import Requeued, Retained, create_scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
+from pytriton_core.scheduling.response_order import ResponseOrder
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,13 @@ class Model:
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
-        # Requests in arrival order, when responses must leave in that order.
-        self._release_order: deque[InferenceRequest] | None = deque() if preserve else None
+        # Requests in arrival order, when responses must leave in that order: the final
+        # responses execute returns, or, for a decoupled model, every response it sends
+        # (held back by the requests' delivery gate until the earlier requests' finals).
+        self._release_order: deque[InferenceRequest] | None = (
+            deque() if preserve and not spec.decoupled else None
+        )
+        self._sent_order = ResponseOrder() if preserve and spec.decoupled else None
         self._held: dict[int, InferenceResponse] = {}
         self._labels = {
             output.name: classification.read_labels(
@@ -226,8 +232,7 @@ class Model:
                 self._inlined_this_turn = True
                 self._loop.call_soon(self._new_turn)
                 self._in_flight += 1
-                if self._release_order is not None:
-                    self._release_order.append(request)
+                self._keep_place(request)
                 instance.execute_inline([request])
                 return
         try:
@@ -245,8 +250,7 @@ class Model:
                 raise
             raise exc.with_request_id(request.id) from None
         self._in_flight += 1
-        if self._release_order is not None:
-            self._release_order.append(request)
+        self._keep_place(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
 
     def execute_direct(self, request: InferenceRequest) -> bool:
@@ -529,6 +533,15 @@ class Model:
                 response = self._apply_classification(request, response)
             self._release(request, response)
         self._signal_if_drained()
+
+    def _keep_place(self, request: InferenceRequest) -> None:
+        """With ``preserve_ordering``: ``request``'s place among the responses to come.
+        Taken once the request is accepted, before the loop can deliver any of its
+        responses; the dynamic batcher (one priority level) releases in this order."""
+        if self._release_order is not None:
+            self._release_order.append(request)
+        elif self._sent_order is not None:
+            self._sent_order.place([request])
 
     def _release(self, request: InferenceRequest, response: InferenceResponse) -> None:
         """Deliver a final response, after every earlier one when ordering is preserved."""
