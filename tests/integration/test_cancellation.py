@@ -31,6 +31,9 @@ from streaming_models import marker_events, raw_post, write_spin, write_tokens
 # A generous bound for noticing a cancellation; the target is 100 ms.
 NOTICE_BOUND_S = 1.0
 WAIT_S = 30.0
+# A cancelled request must not outlive its call (a skipped one was kept by the waiting
+# instance thread until the next request came).
+pytestmark = pytest.mark.usefixtures("leak_check")
 
 
 @pytest.fixture(scope="module")

@@ -28,12 +28,17 @@ class DefaultScheduler(Scheduler):
         self._queue.put(request)
 
     def next_batch(self, instance: int = 0) -> list[InferenceRequest] | None:
-        while (request := self._queue.get()) is not None:
+        while True:
+            request = self._queue.get()
+            if request is None:
+                return None
             with self._lock:
                 if request in self._waiting:
                     self._waiting.remove(request)
                     return [request]
-        return None
+            # A cancelled request, skipped: forget it before waiting again, or this frame
+            # keeps it (and its tensors) alive until the next request arrives.
+            del request
 
     def cancel(self, request: InferenceRequest) -> bool:
         with self._lock:
