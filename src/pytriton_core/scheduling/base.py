@@ -61,6 +61,10 @@ class Scheduler(abc.ABC):
     # instance at once (no queue delay to wait for batch mates): the model may then run
     # such a request without queueing it (runtime/instance.py, ``execute_inline``).
     dispatches_lone_at_once: bool = False
+    # False when every execution takes one request (the default scheduler): a request that
+    # waits gains no batch mates, so the model runs each lone one inline, not only the
+    # first of a loop turn.
+    batches_requests: bool = True
     # False once the server is exiting (``stop_accepting``).
     accepting = True
     # Triton's dynamic batcher names the request in its enqueue errors; the sequence
