@@ -72,7 +72,8 @@ for name in ("torch", "onnxruntime", "cupy", "tensorrt", "xgboost"):
         print(f"gpu-checks: {name} unavailable ({type(exc).__name__}: {exc})")
 EOF
 
-# Every GPU test; -rs prints why any test skipped.
+# Every GPU test (tests/gpu: CUDA shared memory, the framework backends on CUDA, tree models,
+# implicit state kept on the device); -rs prints why any test skipped.
 status=0
 "$PYTHON" -m pytest -p no:cacheprovider -rs -v tests/gpu "$@" || status=$?
 

@@ -223,13 +223,18 @@ class ServerRuntime:
             self._poller.cancel()
         log.info("Waiting for in-flight requests to complete.")
         next_report = loop.time()
+        # Triton counts the seconds down from --exit-timeout-secs, one per report; reading
+        # the clock instead says 19 first whenever the loop is a little late.
+        countdown = int(self.options.exit_timeout_secs)
         while True:
             in_flight = manager.in_flight()
             if loop.time() >= next_report or not in_flight:
-                remaining_s = max(0, int(deadline - loop.time()))
                 log.info(
-                    "Timeout %d: Found %d in-flight inference requests", remaining_s, in_flight
+                    "Timeout %d: Found %d in-flight inference requests",
+                    max(0, countdown),
+                    in_flight,
                 )
+                countdown -= 1
                 next_report += 1.0
             if not in_flight or loop.time() >= deadline:
                 break

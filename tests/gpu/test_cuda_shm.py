@@ -32,6 +32,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 import framework_models as fm
+from gpu_support import skip_module_without_gpu
 from harness import (
     HOST_COPY_LOG,
     PYTHON_GPU_INPUTS_CONFIG,
@@ -43,21 +44,7 @@ from harness import (
     wire_bytes,
 )
 
-
-def _visible_gpus() -> int:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    result = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
-    return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
-
-
-if _visible_gpus() == 0:
-    pytest.skip(
-        "no NVIDIA GPU visible (nvidia-smi lists none): the CUDA shared-memory tests run on a "
-        "GPU machine through tools/gpu-checks.sh",
-        allow_module_level=True,
-    )
+skip_module_without_gpu("the CUDA shared-memory tests")
 if importlib.util.find_spec("cupy") is None:
     pytest.skip(
         "cupy is not installed: the server opens CUDA IPC handles through it (pip install "

@@ -9,8 +9,6 @@ discovery is not needed for that), and the TensorRT model also through a served 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,11 +20,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 import framework_models as fm
+from gpu_support import GPU_SPEC, load_model, onnxruntime_provider_or_skip, skip_module_without_gpu
 
-from pytriton_core import config as model_config
 from pytriton_core import proto, types
-from pytriton_core.backends.base import BackendInstance, InstanceSpec, ModelLocation
-from pytriton_core.backends.registry import BackendRegistry
+from pytriton_core.backends.base import BackendInstance
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import Tensor
@@ -34,39 +31,15 @@ from pytriton_core.inference.tensor import Tensor
 FP32 = types.BY_WIRE_NAME["FP32"]
 
 
-def _visible_gpus() -> int:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    result = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
-    return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
-
-
-if _visible_gpus() == 0:
-    pytest.skip(
-        "no NVIDIA GPU visible (nvidia-smi lists none): the GPU backend tests run on a GPU "
-        "machine through tools/gpu-checks.sh",
-        allow_module_level=True,
-    )
-
-GPU_SPEC = InstanceSpec("m_0", "GPU", 0)
+skip_module_without_gpu("the GPU backend tests")
 
 
 def _load(
     backend_name: str, model_dir: Path, config_text: str, **global_settings: str
 ) -> tuple[Any, dict[str, Any]]:
-    """A model loaded as the server loads it (config, auto-complete, normalize, validate)."""
-    backend = BackendRegistry().get(backend_name)
-    config: Any = model_config.parse_config_text(config_text, str(model_dir / "config.pbtxt"))
-    model_config.fill_server_side_fields(config, model_dir.name, model_dir)
-    location = ModelLocation(
-        model_dir.name, 1, model_dir, model_dir / "1", {}, dict(global_settings)
-    )
-    backend.auto_complete_config(config, location)
-    model_config.normalize_config(config, gpu_ids=[0])
-    model_config.validate_config(config)
-    spec = model_config.ModelSpec.from_config(config, 1)
-    return backend.load_model(spec, location, config), model_config.config_to_json_dict(config)
+    """A model loaded as the server loads it, with its config as JSON."""
+    model, _, config_json = load_model(backend_name, model_dir, config_text, **global_settings)
+    return model, config_json
 
 
 def _execute(instance: BackendInstance, name: str, xs: Sequence[np.ndarray]) -> list[Any]:
@@ -100,17 +73,8 @@ def onnx_model(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("accelerator", ["", "tensorrt"])
 def test_onnxruntime_on_gpu(onnx_model: Path, accelerator: str) -> None:
-    ort = pytest.importorskip("onnxruntime")
     provider = "TensorrtExecutionProvider" if accelerator else "CUDAExecutionProvider"
-    if provider not in ort.get_available_providers():
-        pytest.skip(f"this onnxruntime has no {provider} (install pytriton-core[gpu])")
-    # A provider compiled in may still fail to load its CUDA/cuDNN/TensorRT libraries; then
-    # onnxruntime itself runs on the CPU, which is the machine's problem, not the backend's.
-    plain = ort.InferenceSession(
-        str(onnx_model / "1" / "model.onnx"), providers=[provider, "CPUExecutionProvider"]
-    )
-    if plain.get_providers()[0] != provider:
-        pytest.skip(f"onnxruntime's {provider} does not start here (its libraries are missing)")
+    onnxruntime_provider_or_skip(provider, onnx_model / "1" / "model.onnx")
     config = "instance_group [ { kind: KIND_GPU, count: 1 } ]\n"
     if accelerator:
         config += (

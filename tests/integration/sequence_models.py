@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from harness import REPO_ROOT
@@ -212,11 +213,31 @@ sequence_batching { iterative_sequence: true }
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
+# A state of variable size in one buffer per sequence (%s: name, more state settings,
+# instance kind); the model: write_growing_state_onnx.
+GROWING_STATE_CONFIG = """
+name: "%s"
+backend: "onnxruntime"
+max_batch_size: 1
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  state [ {
+    input_name: "SUM_IN" output_name: "SUM_OUT" data_type: TYPE_INT32 dims: [ -1 ]
+    use_same_buffer_for_input_output: true %s
+  } ]
+}
+instance_group [ { count: 1 kind: KIND_%s } ]
+"""
+
 ACCUMULATOR_MODELS = [
     f"acc_{strategy}_{instances}" for strategy in ("direct", "oldest") for instances in (1, 2)
 ]
 INITIAL_SUM = 100  # what initial_state/start.bin holds for state_python
 IDLE_US = 300_000
+# The state models' sequences outlive a slow first execution on a loaded machine (the
+# default idle release is 1 s; a released sequence's next request would lack its START).
+STATE_SEQUENCE = "sequence_batching {\n max_sequence_idle_microseconds: 60000000\n"
 
 
 def _python_model(repository: Path, name: str, config: str, code: str) -> None:
@@ -226,7 +247,7 @@ def _python_model(repository: Path, name: str, config: str, code: str) -> None:
     (folder / "1" / "model.py").write_text(textwrap.dedent(code))
 
 
-def _state_onnx(path: Path, *, start_input: bool = True) -> None:
+def write_state_onnx(path: Path, *, start_input: bool = True) -> None:
     """SUM_OUT = SUM_IN + INPUT; OUTPUT = SUM_OUT (a state loop the server closes).
 
     ``start_input``: a START input the graph does not use (the batcher feeds it all the same).
@@ -252,7 +273,44 @@ def _state_onnx(path: Path, *, start_input: bool = True) -> None:
     onnx.save(model, str(path))
 
 
-def _state_pytorch(path: Path) -> None:
+def write_growing_state_onnx(path: Path) -> None:
+    """A state whose size changes: SUM_OUT = ones of length INPUT (int32 [1, INPUT]);
+    OUTPUT = the length of SUM_IN, the state the request was given. One request per batch."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def tensor(name: str, dims: list[Any]) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.INT32, dims)
+
+    def const(name: str, values: list[int]) -> onnx.NodeProto:
+        value = helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+        return helper.make_node("Constant", [], [name], value=value)
+
+    one = helper.make_tensor("one", TensorProto.INT32, [1], [1])
+    graph = helper.make_graph(
+        [
+            const("one_one", [1, 1]),
+            const("lead", [1]),
+            helper.make_node("Shape", ["SUM_IN"], ["shape"]),
+            helper.make_node("Gather", ["shape", "index"], ["length"], axis=0),
+            helper.make_node("Cast", ["length"], ["length32"], to=TensorProto.INT32),
+            helper.make_node("Reshape", ["length32", "one_one"], ["OUTPUT"]),
+            helper.make_node("Cast", ["INPUT"], ["input64"], to=TensorProto.INT64),
+            helper.make_node("Reshape", ["input64", "lead"], ["wanted"]),
+            helper.make_node("Concat", ["lead", "wanted"], ["target"], axis=0),
+            helper.make_node("ConstantOfShape", ["target"], ["SUM_OUT"], value=one),
+        ],
+        "growing_state",
+        [tensor("INPUT", ["batch", 1]), tensor("SUM_IN", ["batch", "length"])],
+        [tensor("OUTPUT", ["batch", 1]), tensor("SUM_OUT", ["batch", "wanted"])],
+        initializer=[helper.make_tensor("index", TensorProto.INT64, [], [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def write_state_pytorch(path: Path) -> None:
     import torch
 
     class StateLoop(torch.nn.Module):
@@ -270,13 +328,13 @@ def _state_openvino(path: Path) -> None:
     import openvino as ov
 
     onnx_path = path.with_suffix(".onnx")
-    _state_onnx(onnx_path, start_input=False)
+    write_state_onnx(onnx_path, start_input=False)
     ov.save_model(ov.convert_model(str(onnx_path)), str(path))
     onnx_path.unlink()
 
 
 FRAMEWORK_STATE_MODELS = {
-    "state_pytorch": ("pytorch", "model.pt", _state_pytorch),
+    "state_pytorch": ("pytorch", "model.pt", write_state_pytorch),
     "state_openvino": ("openvino", "model.xml", _state_openvino),
 }
 
@@ -292,7 +350,7 @@ def _framework_state_models(repository: Path, state_io: str, state: str) -> None
         (folder / "config.pbtxt").write_text(
             f'name: "{name}"\nbackend: "{backend}"\n'
             + state_io
-            + "sequence_batching {\n"
+            + STATE_SEQUENCE
             + state
             + "}\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"
         )
@@ -354,7 +412,7 @@ def write_repository(repository: Path) -> None:
     from_file = (
         'initial_state { name: "start" data_type: TYPE_INT32 dims: [ 1 ] data_file: "start.bin" }'
     )
-    state_python = state_io + "sequence_batching {\n" + start_controls + STATE % from_file + "}\n"
+    state_python = state_io + STATE_SEQUENCE + start_controls + STATE % from_file + "}\n"
     _python_model(repository, "state_python", state_python, STATE_PYTHON)
     folder = repository / "state_python" / "initial_state"
     folder.mkdir()
@@ -366,12 +424,16 @@ def write_repository(repository: Path) -> None:
     (onnx_folder / "config.pbtxt").write_text(
         'name: "state_onnx"\nbackend: "onnxruntime"\n'
         + state_io
-        + "sequence_batching {\n"
+        + STATE_SEQUENCE
         + start_controls
         + STATE % zero
         + "}\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"
     )
-    _state_onnx(onnx_folder / "1" / "model.onnx")
+    write_state_onnx(onnx_folder / "1" / "model.onnx")
+    growing = repository / "state_onnx_growing"
+    (growing / "1").mkdir(parents=True)
+    (growing / "config.pbtxt").write_text(GROWING_STATE_CONFIG % ("state_onnx_growing", "", "CPU"))
+    write_growing_state_onnx(growing / "1" / "model.onnx")
     _framework_state_models(repository, state_io, STATE % zero)
 
     decoupled = "model_transaction_policy { decoupled: true }\n"

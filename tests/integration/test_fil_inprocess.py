@@ -226,6 +226,46 @@ def test_the_compiled_library_is_removed_at_unload(tmp_path: Path) -> None:
     assert not library.exists()
 
 
+def test_a_compile_cache_folder_keeps_the_library_for_the_next_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pytriton_core.backends.settings import backend_config_notes
+
+    cache = tmp_path / "cache"
+    setting = {"compile-cache-dir": str(cache)}
+    assert backend_config_notes({"fil": setting}) == []  # a setting the fil backend reads
+    trained = tm.train_xgboost("binary")
+    folder = _xgboost_model(tmp_path / "m", trained, predictor="compiled", predict_proba="true")
+    rows = tm.features(16, seed=8)
+    with caplog.at_level(logging.INFO):
+        first, _ = tm.load_in_process(folder, backend_config=setting)
+    assert "compiling its forest" in caplog.text
+    library = first._compiled.library
+    assert library.parent == cache and library.is_file()
+    first.finalize()
+    assert library.is_file()  # kept at unload
+    assert [p.name for p in cache.iterdir()] == [library.name]  # no staging folder left
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        second, _ = tm.load_in_process(folder, backend_config=setting)
+    assert "compiling its forest" not in caplog.text
+    assert "compiled forest found" in caplog.text
+    assert second._compiled.library == library
+    (scores,) = tm.execute(_instance(second, 0), [rows])
+    np.testing.assert_allclose(scores[:, 1], trained.predict(rows), rtol=1e-5, atol=1e-6)
+    second.finalize()
+
+    # Another forest in the same file name is another key: compiled, not confused.
+    other = tm.train_xgboost("binary", trees=7)
+    changed = _xgboost_model(tmp_path / "m2", other, predictor="compiled", predict_proba="true")
+    third, _ = tm.load_in_process(changed, backend_config=setting)
+    assert third._compiled.library != library
+    (scores,) = tm.execute(_instance(third, 0), [rows])
+    np.testing.assert_allclose(scores[:, 1], other.predict(rows), rtol=1e-5, atol=1e-6)
+    third.finalize()
+
+
 def test_gpu_instances_need_an_xgboost_model(tmp_path: Path) -> None:
     trained = tm.train_lightgbm("binary")
     folder = tm.write_model(

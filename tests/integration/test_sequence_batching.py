@@ -54,7 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     write_repository(repository)
     if SELF_CHECK:
         # The real Triton here has no ONNX Runtime, PyTorch or OpenVINO backend.
-        for name in ("state_onnx", *FRAMEWORK_STATE_MODELS):
+        for name in ("state_onnx", "state_onnx_growing", *FRAMEWORK_STATE_MODELS):
             shutil.rmtree(repository / name, ignore_errors=True)
         with run_real_triton(repository, metrics=True) as handle:
             yield handle
@@ -503,6 +503,25 @@ def test_implicit_state_of_interleaved_sequences(server: ServerHandle, model: st
     initial = INITIAL_SUM if model == "state_python" else 0
     for correlation_id, sums in asyncio.run(scenario()).items():
         assert sums == [initial + int(s) for s in np.cumsum(_sequence(correlation_id, 5))]
+
+
+@ours_only
+def test_a_state_of_variable_size_in_one_buffer(client_and_module: Any) -> None:
+    """``use_same_buffer_for_input_output`` with a state whose size changes (ONNX Runtime):
+    each request is given the state the one before left, whatever its size (the model
+    answers the length of its SUM_IN and writes one of length INPUT)."""
+    client, module = client_and_module
+    values = [3, 1, 2, 5, 1]
+    lengths = []
+    for index, value in enumerate(values):
+        result = client.infer(
+            "state_onnx_growing",
+            [_int_input(module, value)],
+            sequence_id=700,
+            **_flags(index, len(values)),
+        )
+        lengths.append(int(result.as_numpy("OUTPUT").reshape(-1)[0]))
+    assert lengths == [1, 3, 1, 2, 5]
 
 
 # ----------------------------------------------------------------------------- cancellation

@@ -59,6 +59,17 @@ def test_the_documented_client_example(
     assert printed == ["[[11]]", "[[18]]", "[[23]]", "[[26]]"]
 
 
+def test_the_documented_stream_example_of_a_decoupled_state_model(
+    server: ServerHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (REPO_ROOT / "docs" / "sequence-batching.md").read_text()
+    (example,) = [e for e in re.findall(r"```python\n(.*?)```", text, re.S) if "start_stream" in e]
+    example = example.replace('"localhost:8001"', f'"{server.grpc_url}"')
+    exec(compile(example, "docs/sequence-batching.md", "exec"), {"__name__": "__doc_example__"})
+    printed = capsys.readouterr().out.split()
+    assert printed == ["[[11]]", "[[18]]", "[[23]]", "[[26]]"]
+
+
 @pytest.mark.parametrize("dyna", [False, True], ids=["simple", "dyna"])
 @pytest.mark.parametrize("example", list(EXAMPLES))
 def test_triton_sequence_example(

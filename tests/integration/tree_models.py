@@ -143,7 +143,11 @@ def write_model(folder: Path, config: str, write: Callable[[Path], Path], filena
 
 
 def load_in_process(
-    folder: Path, *, auto_complete: bool = True, gpu_ids: tuple[int, ...] = ()
+    folder: Path,
+    *,
+    auto_complete: bool = True,
+    gpu_ids: tuple[int, ...] = (),
+    backend_config: dict[str, str] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The model in ``folder`` loaded as the server loads it (server-side fields,
     auto-complete unless disabled, normalization, validation), without a server:
@@ -156,7 +160,7 @@ def load_in_process(
     config_path = folder / "config.pbtxt"
     config: Any = model_config.parse_config_text(config_path.read_text(), str(config_path))
     model_config.fill_server_side_fields(config, folder.name, folder)
-    location = ModelLocation(folder.name, 1, folder, folder / "1", {}, {})
+    location = ModelLocation(folder.name, 1, folder, folder / "1", backend_config or {}, {})
     if auto_complete:
         backend.auto_complete_config(config, location)
     model_config.normalize_config(config, gpu_ids=list(gpu_ids))

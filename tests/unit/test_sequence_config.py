@@ -144,13 +144,19 @@ def test_sequence_batching_errors(tmp_path: Path, sequence: str, message: str) -
     assert _error(f"sequence_batching {{ {sequence} }}", tmp_path) == f"model 'm': {message}"
 
 
-def test_decoupled_models_with_state_are_refused(tmp_path: Path) -> None:
-    text = (
-        "model_transaction_policy { decoupled: true }\n"
-        'sequence_batching { state [ { input_name: "S" output_name: "S_OUT" '
-        "data_type: TYPE_INT32 dims: [ 1 ] } ] }"
-    )
-    assert "not supported for a decoupled model" in _error(text, tmp_path)
+@pytest.mark.parametrize(
+    "sequence",
+    [
+        'state [ { input_name: "S" output_name: "S_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+        "oldest { max_candidate_sequences: 2 preserve_ordering: true }",
+    ],
+)
+def test_decoupled_models_load_with_state_and_ordering(tmp_path: Path, sequence: str) -> None:
+    """Triton refuses neither (implicit state and preserve_ordering of a decoupled model)."""
+    text = f"model_transaction_policy {{ decoupled: true }}\nsequence_batching {{ {sequence} }}"
+    config = _load(text, tmp_path)
+    spec = ModelSpec.from_config(config, 1)
+    assert spec.decoupled and spec.sequence_batching is not None
 
 
 def test_a_model_with_every_control_kind_loads(tmp_path: Path) -> None:

@@ -31,9 +31,9 @@ control_input [
 """
 
 
-def _spec(sequence: str, max_batch_size: int = 2) -> ModelSpec:
+def _spec(sequence: str, max_batch_size: int = 2, extra: str = "") -> ModelSpec:
     config = parse_config_text(
-        f'name: "m"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n'
+        f'name: "m"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n{extra}'
         'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         f"sequence_batching {{ {sequence} }}",
@@ -239,5 +239,64 @@ def test_state_carried_per_slot_and_reset_at_start(same_buffer: str) -> None:
         harness.send(1, 0, SEQUENCE_START)  # a new sequence in slot 0: back to zero
         harness.send(2, 0)
         assert sums(harness.run(outputs=add)) == [0, 8]
+    finally:
+        harness.stop()
+
+
+DECOUPLED = "model_transaction_policy { decoupled: true }\n"
+
+
+def test_decoupled_state_holds_the_slot_until_the_final_response() -> None:
+    """A decoupled model answers through its sender: the state is the last one sent, and
+    the sequence's slot is held (a filler in its place) until the final response."""
+    harness = Harness(_spec("direct { } " + STATE % "false", extra=DECOUPLED))
+    scheduler = harness.scheduler
+    int32 = types.BY_WIRE_NAME["INT32"]
+
+    def state(value: int) -> InferenceResponse:
+        data = np.full([1, 1], value, np.int32)
+        return InferenceResponse(outputs=[Tensor("SUM_OUT", int32, data)])
+
+    def sent(request: InferenceRequest, response: InferenceResponse | None, final: bool) -> None:
+        """What the model's response sender does (``send_threadsafe`` calls the hook)."""
+        assert request.sent_hook is not None
+        request.sent_hook(response, final)
+
+    try:
+        first = harness.send(1, 5, SEQUENCE_START)
+        other = harness.send(2, 7, SEQUENCE_START)
+        batch = scheduler.next_batch(0)
+        assert batch == [first, other]
+        sent(other, state(7), True)  # sequence 2 answered in full during execute
+        scheduler.completed(0, batch, [None, None])
+        sent(first, state(99), False)  # after the execution: a first state...
+        sent(first, state(5), False)  # ...replaced by the next one
+        harness.send(1, 1)
+        harness.send(2, 1)
+        batch = scheduler.next_batch(0)
+        assert batch is not None and batch[0].padding and batch[1].correlation_id == 2
+        assert int(batch[1].inputs["SUM_IN"].data.item()) == 7
+        scheduler.completed(0, batch, [None, None])
+        sent(batch[1], None, True)
+        sent(first, None, True)  # the final response: the slot goes on
+        batch = scheduler.next_batch(0)
+        assert batch is not None and [r.correlation_id for r in batch] == [1]
+        assert int(batch[0].inputs["SUM_IN"].data.item()) == 5
+    finally:
+        harness.stop()
+
+
+def test_a_failed_decoupled_execution_holds_nothing() -> None:
+    harness = Harness(_spec("direct { } " + STATE % "false", extra=DECOUPLED))
+    scheduler = harness.scheduler
+    try:
+        harness.send(1, 5, SEQUENCE_START)
+        batch = scheduler.next_batch(0)
+        assert batch is not None
+        scheduler.completed(0, batch, ServerError("failed"))
+        harness.send(1, 1)
+        batch = scheduler.next_batch(0)
+        assert batch is not None and [r.correlation_id for r in batch] == [1]
+        assert int(batch[0].inputs["SUM_IN"].data.item()) == 0
     finally:
         harness.stop()

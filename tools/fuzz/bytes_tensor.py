@@ -7,15 +7,19 @@ import struct
 import sys
 
 import atheris
+import instrumentation
 
-with atheris.instrument_imports():
+# what this target fuzzes (instrumentation.py)
+SUBJECT = ("pytriton_core._native.bytes_codec",)
+
+with instrumentation.imports(SUBJECT):
+    from common import fuzz
+
     from pytriton_core._native.bytes_codec import (
         count_bytes_elements,
         deserialize_bytes_tensor,
         serialize_bytes_tensor,
     )
-
-from common import fuzz
 
 
 def oracle(data: bytes) -> list[bytes] | None:
@@ -50,5 +54,5 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    fuzz(test_one_input)
+    fuzz(test_one_input, SUBJECT)
     sys.exit(0)

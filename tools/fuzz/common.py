@@ -12,10 +12,11 @@ import atexit
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import atheris
+import instrumentation
 
 from pytriton_core import Server
 from pytriton_core.options import MemoryOptions
@@ -39,15 +40,16 @@ SHM_KEY = f"/pytriton_fuzz_{os.getpid()}"
 SHM_SIZE = 1 << 16
 
 
-def fuzz(test_one_input: Callable[[bytes], None]) -> None:
+def fuzz(test_one_input: Callable[[bytes], None], subject: Sequence[str]) -> None:
     """Run ``test_one_input`` under atheris with this process's command line (libFuzzer's
-    flags and corpus folders).
+    flags and corpus folders); ``subject`` is what the target fuzzes (``instrumentation``).
 
-    Every Python function loaded so far is instrumented, the target's oracle included:
-    the compiled modules (Cython, httptools' llhttp) carry no coverage counters, so for
-    them the oracle's branches are what guides the search.
+    The Python functions loaded so far are instrumented within ``instrumentation``'s
+    scope, the target's oracle included: the compiled modules (Cython, httptools' llhttp)
+    carry no coverage counters, so for them the oracle's branches are what guides the
+    search.
     """
-    atheris.instrument_all()
+    instrumentation.loaded_functions(subject)
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
 

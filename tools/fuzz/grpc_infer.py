@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import sys
 
-import atheris
+import instrumentation
 
-with atheris.instrument_imports():
+# what this target fuzzes (instrumentation.py)
+SUBJECT = (
+    "pytriton_core.frontends.grpc",
+    "pytriton_core.inference",
+    "pytriton_core.runtime.validation",
+)
+
+with instrumentation.imports(SUBJECT):
     from common import fuzz, serve
     from google.protobuf.message import DecodeError
 
@@ -50,5 +57,5 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    fuzz(test_one_input)
+    fuzz(test_one_input, SUBJECT)
     sys.exit(0)

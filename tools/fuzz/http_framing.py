@@ -10,13 +10,16 @@ from __future__ import annotations
 import sys
 
 import atheris
+import instrumentation
 
-with atheris.instrument_imports():
+# what this target fuzzes (instrumentation.py)
+SUBJECT = ("httptools", "pytriton_core._native.http_framing")
+
+with instrumentation.imports(SUBJECT):
     import httptools
+    from common import fuzz
 
     from pytriton_core._native.http_framing import RequestAssembler, framing_error
-
-from common import fuzz
 
 MAX_BODY = 4096
 MAX_HEAD = 1024
@@ -87,5 +90,5 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    fuzz(test_one_input)
+    fuzz(test_one_input, SUBJECT)
     sys.exit(0)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sys
 
-import atheris
+import instrumentation
 
-with atheris.instrument_imports():
+with instrumentation.imports(instrumentation.HTTP_INFER_SUBJECT):
     from common import MODELS, check_http_infer, fuzz, serve
 
 SERVICE = serve()
@@ -22,5 +22,5 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    fuzz(test_one_input)
+    fuzz(test_one_input, instrumentation.HTTP_INFER_SUBJECT)
     sys.exit(0)

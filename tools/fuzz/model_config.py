@@ -7,9 +7,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import atheris
+import instrumentation
 
-with atheris.instrument_imports():
+# what this target fuzzes (instrumentation.py)
+SUBJECT = ("pytriton_core.config",)
+
+with instrumentation.imports(SUBJECT):
     from common import fuzz
 
     from pytriton_core.config import (
@@ -41,5 +44,5 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    fuzz(test_one_input)
+    fuzz(test_one_input, SUBJECT)
     sys.exit(0)

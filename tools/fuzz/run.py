@@ -12,6 +12,7 @@ run fails with the target's traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -19,6 +20,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from instrumentation import ENVIRONMENT, SCOPES
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -47,7 +50,9 @@ class Outcome:
     output: str
 
 
-def run_target(target: str, seconds: int, work: Path, extra: list[str]) -> Outcome:
+def run_target(
+    target: str, seconds: int, work: Path, extra: list[str], instrument: str = "all"
+) -> Outcome:
     corpus = work / target
     corpus.mkdir(parents=True, exist_ok=True)
     artifacts = work / "artifacts"
@@ -73,6 +78,7 @@ def run_target(target: str, seconds: int, work: Path, extra: list[str]) -> Outco
         errors="replace",
         timeout=seconds + 300,
         cwd=REPO,
+        env={**os.environ, ENVIRONMENT: instrument},
     )
     output = result.stdout + result.stderr
     statuses = _STATUS.findall(output)
@@ -96,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=REPO / ".cache" / "fuzz")
     parser.add_argument("--fresh", action="store_true", help="start from the seeds only")
     parser.add_argument(
+        "--instrument",
+        choices=SCOPES,
+        default="all",
+        help="Python code given coverage counters: all (default) or the target's subject",
+    )
+    parser.add_argument(
         "--libfuzzer", action="append", default=[], metavar="FLAG", help="e.g. -jobs=2"
     )
     args = parser.parse_args(argv)
@@ -108,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     print(f"{'target':16} {'executions':>11} {'exec/s':>7} {'cov':>6} {'ft':>6}  result")
     for target in args.targets or TARGETS:
-        outcome = run_target(target, args.seconds, args.work, extra)
+        outcome = run_target(target, args.seconds, args.work, extra, args.instrument)
         rate = outcome.executions / max(outcome.seconds, 1e-9)
         verdict = "ok" if outcome.returncode == 0 else f"FAILED ({outcome.returncode})"
         print(

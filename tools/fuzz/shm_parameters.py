@@ -8,8 +8,12 @@ from __future__ import annotations
 import sys
 
 import atheris
+import instrumentation
 
-with atheris.instrument_imports():
+# what this target fuzzes (instrumentation.py)
+SUBJECT = ("pytriton_core.memory", "pytriton_core.inference.tensor")
+
+with instrumentation.imports(SUBJECT):
     import numpy as np
     from common import SHM_KEY, SHM_SIZE, fuzz, serve
 
@@ -74,5 +78,5 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    fuzz(test_one_input)
+    fuzz(test_one_input, SUBJECT)
     sys.exit(0)

@@ -23,6 +23,7 @@ READ: dict[str, frozenset[str]] = {
     "tensorrt": frozenset({_BATCH}),
     "pytorch": frozenset(),
     "python": frozenset(),
+    "fil": frozenset({_BATCH, "compile-cache-dir"}),
 }
 
 _IN_PROCESS = (

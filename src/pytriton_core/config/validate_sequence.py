@@ -42,11 +42,6 @@ def check_sequence_batching(check: Fail, cfg: Any) -> None:
                 check.fail(
                     f"sequence batching preferred batch size must be <= max batch size for {model}"
                 )
-        if sequence.oldest.preserve_ordering and cfg.model_transaction_policy.decoupled:
-            check.fail(
-                "sequence_batching.oldest.preserve_ordering is not supported for a decoupled "
-                "model by this server"
-            )
     utilization = sequence.direct.minimum_slot_utilization
     if not 0.0 <= utilization <= 1.0:
         check.fail(
@@ -117,11 +112,6 @@ def _check_states(check: Fail, cfg: Any) -> None:
     sequence = cfg.sequence_batching
     if not sequence.state:
         return
-    if cfg.model_transaction_policy.decoupled:
-        check.fail(
-            "sequence_batching.state (implicit state) is not supported for a decoupled model "
-            "by this server"
-        )
     taken = {entry.name for entry in cfg.input} | {c.name for c in sequence.control_input}
     inputs: set[str] = set()
     outputs: set[str] = set()

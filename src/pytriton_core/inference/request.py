@@ -37,6 +37,12 @@ CancelHook = Callable[[], None]
 """Called once, on the event loop, when the request is cancelled."""
 ResponseObserver = Callable[[InferenceResponse | None, bool, ResponseTiming | None], None]
 """Sees each delivery before ``on_response``, with the backend's timing when it has one."""
+SentHook = Callable[[InferenceResponse | None, bool], None]
+"""Called on the sending thread with (response or None, final) before the hand-off."""
+DeliveryGate = Callable[
+    ["InferenceRequest", InferenceResponse | None, bool, ResponseTiming | None], None
+]
+"""Takes a delivery on the event loop; passes it on with ``InferenceRequest.hand_over``."""
 
 
 @dataclass(slots=True)
@@ -83,6 +89,13 @@ class InferenceRequest:
     response_window: ResponseWindow | None = None
     # Set by the model (decoupled models' statistics per response).
     observer: ResponseObserver | None = None
+    # Set by a scheduler that must see each response a backend sends from its own thread
+    # (``send_threadsafe``), before it leaves that thread: the sequence batcher takes a
+    # decoupled model's implicit state from it, and learns when the final one is sent.
+    sent_hook: SentHook | None = None
+    # Set by a scheduler that must order responses (``oldest.preserve_ordering``): it takes
+    # every response ``deliver`` gets and passes each on through ``hand_over``, possibly later.
+    delivery_gate: DeliveryGate | None = None
     # Read through ``cancelled``; set only by ``cancel`` so that the hooks run.
     _cancelled: bool = field(default=False, init=False, repr=False)
     _cancel_hooks: list[CancelHook] | None = field(default=None, init=False, repr=False)
@@ -142,10 +155,25 @@ class InferenceRequest:
         timing: ResponseTiming | None = None,
     ) -> None:
         """Hand a response to whoever sent the request; call on the event loop.
-        ``timing``: when the backend worked on it (decoupled responses).
+        ``timing``: when the backend worked on it (decoupled responses). A
+        ``delivery_gate`` may hold it back (it passes it on with ``hand_over``).
 
         A response computed from an input whose memory its client took away meanwhile
         (``GuardedTensor``) is replaced by that error."""
+        if self.final_sent:
+            return
+        if self.delivery_gate is not None:
+            self.delivery_gate(self, response, final, timing)
+            return
+        self.hand_over(response, final, timing)
+
+    def hand_over(
+        self,
+        response: InferenceResponse | None,
+        final: bool,
+        timing: ResponseTiming | None = None,
+    ) -> None:
+        """``deliver`` past the ``delivery_gate``; call on the event loop."""
         if self.final_sent:
             return
         self.final_sent = final
@@ -191,6 +219,8 @@ class InferenceRequest:
         With a ``response_window`` this waits while the client is behind (flow control).
         """
         assert self.loop is not None, "request submitted without an event loop"
+        if self.sent_hook is not None:
+            self.sent_hook(response, final)
         window = self.response_window
         if window is not None and response is not None and not self._cancelled:
             response.window_bytes = response_bytes(response)

@@ -43,6 +43,9 @@ def failure_reason(exc: BaseException) -> str:
     """A failed version's reason as Triton words it: ``<code words>: <message>``."""
     if isinstance(exc, ServerError):
         return exc.status_text
+    # Not one of ours: a bug here or in the model's code. The reason keeps Triton's one-line
+    # form; the verbose log keeps where it came from.
+    log.debug("unexpected failure while loading a model", exc_info=exc)
     return InternalError(f"{type(exc).__name__}: {exc}").status_text
 
 

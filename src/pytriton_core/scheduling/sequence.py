@@ -15,6 +15,13 @@ a sequence of its own (an ID is assigned, START set); the model re-queues it wit
 the sequence. Rescheduling anywhere else is answered with an error (Triton leaves such a
 request unanswered).
 
+Decoupled models with implicit state answer through their response sender, possibly after
+``execute`` has returned: each response that carries a state output replaces the state (in
+the order sent; Triton's ``TRITONBACKEND_StateUpdate`` replaces it at each call too), and
+the sequence's slot is held from the end of the execution until the final response is sent,
+so its next request reads the state that request left. A request the model reschedules is
+queued again at once: it reads the state its responses sent during ``execute`` left.
+
 Triton's messages and codes throughout; errors a request gets at enqueue (no correlation
 ID, no START, batch size above 1) are validation errors: Triton counts no statistics for
 them and gives them no request-id prefix.
@@ -22,6 +29,7 @@ them and gives them no request-id prefix.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import threading
@@ -55,10 +63,12 @@ from pytriton_core.scheduling.dynamic import (
     RejectRequest,
     shape_checked_inputs,
 )
+from pytriton_core.scheduling.response_order import ResponseOrder
 from pytriton_core.scheduling.sequence_batchers import (
     RELEASE,
     DirectBatcher,
     InstanceBatcher,
+    Issued,
     OldestBatcher,
     SlotItem,
     SlotRef,
@@ -108,6 +118,8 @@ class SequenceBatchScheduler(Scheduler):
         self._templates = state_templates(spec, model_dir)
         self._idle_ns = sequence.max_sequence_idle_us * 1000
         self._iterative = sequence.iterative_sequence
+        # A decoupled model's state comes with its responses, after the execution.
+        self._state_from_sends = spec.decoupled and bool(self._templates)
         strategy = sequence.strategy
         slots = max(1, spec.max_batch_size)
         if isinstance(strategy, OldestStrategy) and strategy.max_candidate_sequences > 0:
@@ -149,8 +161,10 @@ class SequenceBatchScheduler(Scheduler):
                     policies={1: QueuePolicy()},
                     shape_checked_inputs=checked | shape_checked_inputs(state_inputs),
                 )
+                # Responses of a model that answers once leave in order anyway.
+                order = ResponseOrder() if strategy.preserve_ordering and spec.decoupled else None
                 batcher = OldestBatcher(
-                    self, instance, self._slots_per_instance, settings, self._reject
+                    self, instance, self._slots_per_instance, settings, self._reject, order
                 )
             else:
                 batcher = DirectBatcher(self, instance, self._slots_per_instance, spec, checked)
@@ -320,12 +334,40 @@ class SequenceBatchScheduler(Scheduler):
         if not self._templates:
             return None
         slot_states = states[slot]
-        if slot_states is None:
+        if slot_states is None or request.flags & SEQUENCE_START:
+            # A new object, not a reset: a late response of the sequence that had the slot
+            # before must not write into this one's state.
             slot_states = states[slot] = SequenceStates(self._templates)
-        elif request.flags & SEQUENCE_START:
-            slot_states.reset()
         request.inputs.update(slot_states.inputs())
         return slot_states
+
+    def issue(
+        self,
+        request: InferenceRequest,
+        states: list[SequenceStates | None],
+        slot: int,
+        instance: int,
+    ) -> Issued:
+        entry = Issued(request, slot, self.prepare(request, states, slot), instance)
+        if self._state_from_sends:
+            request.sent_hook = functools.partial(self._sent, entry)
+        return entry
+
+    def _sent(self, entry: Issued, response: InferenceResponse | None, final: bool) -> None:
+        """A decoupled model sent a response of ``entry`` (on the sending thread): its state
+        outputs replace the state; the final one lets the held slot go on."""
+        with self.lock:
+            if entry.final_sent:
+                return
+            if response is not None:
+                if entry.states is not None and response.error is None:
+                    entry.states.update(response)
+                self._drop_unrequested_states(entry.request, response)
+            if final:
+                entry.final_sent = True
+                if entry.held:
+                    entry.held = False
+                    self._batchers[entry.instance].advance(entry.slot)
 
     def filler(
         self, representative: InferenceRequest, states: SequenceStates | None
@@ -378,16 +420,28 @@ class SequenceBatchScheduler(Scheduler):
         with self.lock:
             for index, issued in batcher.executed(batch):
                 request = issued.request
+                failed = isinstance(responses, ServerError)
                 response = None if isinstance(responses, ServerError) else responses[index]
                 if response is not None:
                     if issued.states is not None and response.error is None:
                         issued.states.update(response)
                     self._drop_unrequested_states(request, response)
-                if request.reschedule and not isinstance(responses, ServerError):
-                    retained[index] = self._reschedule(request)
+                requeued = False
+                if request.reschedule and not failed:
+                    retained[index] = kept = self._reschedule(request)
+                    requeued = isinstance(kept, Requeued)
                 elif self._iterative and not request.flags & SEQUENCE_END:
                     self._end_iteration(request.correlation_id)
-                batcher.advance(issued.slot)
+                if (
+                    self._state_from_sends
+                    and response is None
+                    and not (failed or requeued or issued.final_sent)
+                ):
+                    # Its final response (and so its state) is still to come.
+                    issued.held = True
+                    batcher.hold(issued.slot)
+                else:
+                    batcher.advance(issued.slot)
         return retained
 
     def _drop_unrequested_states(

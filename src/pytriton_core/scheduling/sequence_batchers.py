@@ -13,11 +13,18 @@ instance executes:
 * ``OldestBatcher``: at most one request of each of its candidate sequences is in a
   dynamic batcher at a time (the oldest waiting one); batches form there as the dynamic
   batcher forms them (preferred sizes, delay), and a sequence's next request is handed on
-  once the previous one has executed.
+  once the previous one has executed. With ``preserve_ordering`` a decoupled model's
+  responses leave in the order their requests left the dynamic batcher
+  (``response_order``).
 
 Every call runs under the scheduler's lock (``owner.lock``), except ``next_batch``, which
 takes it. Requests in a slot's queue may be followed by ``RELEASE``: the sequence was idle
 too long (or an iterative sequence finished), and the slot is given up when it is reached.
+
+A slot is *held* after its request executed and until the scheduler says it may go on
+(``advance``): a decoupled model with implicit state answers after its ``execute`` has
+returned, and the sequence's next request must wait for the state its final response
+settles. Nothing of a held slot is taken (a direct batch gets a filler in its place).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import Final, Protocol
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.inference.request import SEQUENCE_END, InferenceRequest
 from pytriton_core.scheduling.dynamic import BatchingSettings, DynamicBatchScheduler, RejectRequest
+from pytriton_core.scheduling.response_order import ResponseOrder
 from pytriton_core.scheduling.sequence_controls import CorrelationId
 from pytriton_core.scheduling.sequence_state import SequenceStates
 
@@ -56,13 +64,16 @@ class SlotRef:
     instance: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Issued:
     """A request handed to the instance, with where it came from."""
 
     request: InferenceRequest
     slot: int
     states: SequenceStates | None
+    instance: int = 0
+    final_sent: bool = False  # a decoupled model sent its final response
+    held: bool = False  # executed, its slot held until the final response
 
 
 class SlotOwner(Protocol):
@@ -79,6 +90,15 @@ class SlotOwner(Protocol):
         self, request: InferenceRequest, states: list[SequenceStates | None], slot: int
     ) -> SequenceStates | None:
         """Add the control and state inputs to a request about to execute in ``slot``."""
+
+    def issue(
+        self,
+        request: InferenceRequest,
+        states: list[SequenceStates | None],
+        slot: int,
+        instance: int,
+    ) -> Issued:
+        """``prepare`` the request and follow it until it is done."""
 
     def filler(
         self, representative: InferenceRequest, states: SequenceStates | None
@@ -99,6 +119,8 @@ class InstanceBatcher(Protocol):
     def executed(self, batch: Sequence[InferenceRequest]) -> list[tuple[int, Issued]]: ...
 
     def advance(self, slot: int) -> None: ...
+
+    def hold(self, slot: int) -> None: ...
 
     def cancel(self, request: InferenceRequest) -> bool: ...
 
@@ -132,6 +154,7 @@ class DirectBatcher:
         self._checked = checked
         self._check_shapes = bool(checked) or any(t.optional for t in spec.inputs.values())
         self._issued: list[Issued | None] = []
+        self._held: set[int] = set()
 
     def enqueue(self, slot: int, correlation_id: CorrelationId, item: SlotItem) -> None:
         self._queues[slot].append(item)
@@ -174,7 +197,10 @@ class DirectBatcher:
         highest = -1
         earliest = now
         ready = 0
+        held = self._held
         for slot in range(self._max_active + 1):
+            if slot in held:
+                continue
             self._release_front(slot)
             queue = self._queues[slot]
             if not queue:
@@ -202,7 +228,7 @@ class DirectBatcher:
             owner.prepare(representative, self.states, representative_slot)
         for slot in range(highest + 1):
             queue = self._queues[slot]
-            front = queue[0] if queue else None
+            front = queue[0] if queue and slot not in held else None
             if not isinstance(front, InferenceRequest) or (
                 key is not None and self._key(front) != key
             ):
@@ -211,9 +237,8 @@ class DirectBatcher:
                 issued.append(None)
                 continue
             queue.popleft()
-            states = owner.prepare(front, self.states, slot)
             batch.append(front)
-            issued.append(Issued(front, slot, states))
+            issued.append(owner.issue(front, self.states, slot, self._instance))
             if _ends(front):
                 self._holders[slot] = owner.release_slot(SlotRef(slot, self._instance), queue)
         while self._max_active >= 0 and self._holders[self._max_active] is None:
@@ -226,7 +251,13 @@ class DirectBatcher:
         return [(index, entry) for index, entry in enumerate(issued) if entry is not None]
 
     def advance(self, slot: int) -> None:
-        """Nothing to hand on: the next batch takes whatever is queued."""
+        """The next batch takes whatever is queued: only a held slot needs freeing."""
+        if slot in self._held:
+            self._held.discard(slot)
+            self._cond.notify()
+
+    def hold(self, slot: int) -> None:
+        self._held.add(slot)
 
     def cancel(self, request: InferenceRequest) -> bool:
         """Drop a cancelled request still queued, and with it the rest of its sequence
@@ -256,8 +287,10 @@ class OldestBatcher:
         slots: int,
         settings: BatchingSettings,
         reject: RejectRequest,
+        order: ResponseOrder | None = None,
     ) -> None:
         self._owner = owner
+        self._order = order
         self._instance = instance
         self._queues: list[deque[SlotItem]] = [deque() for _ in range(slots)]
         self._in_flight: list[Issued | None] = [None] * slots
@@ -271,7 +304,10 @@ class OldestBatcher:
 
     def next_batch(self) -> list[InferenceRequest] | None:
         # The dynamic batcher has its own lock; ours is not held while it waits.
-        return self._dynamic.next_batch()
+        batch = self._dynamic.next_batch()
+        if batch is not None and self._order is not None:
+            self._order.place(batch)
+        return batch
 
     def advance(self, slot: int) -> None:
         """Hand the slot's next request to the dynamic batcher (Triton's CompleteAndNext)."""
@@ -292,8 +328,8 @@ class OldestBatcher:
                 else:
                     assert isinstance(head, InferenceRequest)
                     release = _ends(head)
-                    states = owner.prepare(head, self.states, slot)
-                    self._in_flight[slot] = Issued(head, slot, states)
+                    entry = owner.issue(head, self.states, slot, self._instance)
+                    self._in_flight[slot] = entry
                     self._dynamic.enqueue(head)
                 if not keep_head:
                     queue.popleft()
@@ -303,6 +339,9 @@ class OldestBatcher:
                 # resources: the new sequence starts when it completes.
                 if holder is not None and self._in_flight[slot] is None:
                     retry = True
+
+    def hold(self, slot: int) -> None:
+        """Nothing to do: the slot's next request goes on at ``advance``."""
 
     def executed(self, batch: Sequence[InferenceRequest]) -> list[tuple[int, Issued]]:
         slots = {id(entry.request): entry for entry in self._in_flight if entry is not None}

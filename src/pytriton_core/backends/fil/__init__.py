@@ -63,6 +63,9 @@ from pytriton_core.inference.statistics import ComputeTiming
 
 log = logging.getLogger(__name__)
 
+# --backend-config=fil,compile-cache-dir=<dir>: where compiled forests are kept across loads.
+COMPILE_CACHE_SETTING = "compile-cache-dir"
+
 FP32 = types.BY_WIRE_NAME["FP32"]
 # default_model_filename's suffix -> model_type, for auto-complete.
 _FORMAT_BY_SUFFIX = {
@@ -156,7 +159,13 @@ class FilModel(BackendModel):
         if self.kind is PredictorKind.COMPILED:
             toolchain = find_compiler()
             assert toolchain is not None  # resolve_kind checked
-            self._compiled = CompiledForest(self.forest, toolchain, location.name)
+            cache_dir = location.backend_config.get(COMPILE_CACHE_SETTING)
+            self._compiled = CompiledForest(
+                self.forest,
+                toolchain,
+                location.name,
+                Path(cache_dir).expanduser() if cache_dir else None,
+            )
         log.info(
             "model '%s': %s %s, %d features, %d score columns; CPU predictor: %s",
             location.name,

@@ -18,8 +18,10 @@ batches of at most ``transfer_threshold`` rows stay on the CPU, as in FIL.
 from __future__ import annotations
 
 import abc
+import hashlib
 import logging
 import os
+import platform
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -164,30 +166,85 @@ class XGBoostPredictor(Predictor):
 
 
 class CompiledForest:
-    """The forest compiled once per model version into a private folder, removed at unload."""
+    """The forest compiled once per model version.
 
-    def __init__(self, forest: Forest, toolchain: str, model_name: str) -> None:
-        import tl2cgen
+    Without a cache folder the library lives in a private temporary folder removed at
+    unload. With ``--backend-config=fil,compile-cache-dir=<dir>`` it is kept there under a
+    key of everything that decides the compiled code (the model file's bytes, how it is
+    read, the library versions, the toolchain and its options), so that a reload or a
+    restart of the same model skips the compile (seconds to tens of seconds for a large
+    forest). A library is written under a temporary name and renamed into place, so that
+    servers sharing the folder never load a half-written one."""
 
+    def __init__(
+        self,
+        forest: Forest,
+        toolchain: str,
+        model_name: str,
+        cache_dir: Path | None = None,
+    ) -> None:
+        self._folder: Path | None = None
+        if cache_dir is not None:
+            self.library = cache_dir / f"{_compile_key(forest, toolchain)}.so"
+            if self.library.is_file():
+                log.info("model '%s': compiled forest found in %s", model_name, cache_dir)
+                return
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix="pytriton-fil-", dir=cache_dir))
+            try:
+                self._compile(forest, toolchain, model_name, staging / "forest.so")
+                os.replace(staging / "forest.so", self.library)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            return
         self._folder = Path(tempfile.mkdtemp(prefix="pytriton-fil-"))
         self.library = self._folder / "forest.so"
-        cores = os.cpu_count() or 1
-        log.info("model '%s': compiling its forest with %s (TL2cgen)", model_name, toolchain)
         try:
-            tl2cgen.export_lib(
-                forest.model,
-                toolchain=toolchain,
-                libpath=str(self.library),
-                params={"parallel_comp": cores},
-                nthread=cores,
-                options=COMPILE_OPTIONS,
-            )
+            self._compile(forest, toolchain, model_name, self.library)
         except Exception:
             self.remove()
             raise
 
+    @staticmethod
+    def _compile(forest: Forest, toolchain: str, model_name: str, library: Path) -> None:
+        import tl2cgen
+
+        cores = os.cpu_count() or 1
+        log.info("model '%s': compiling its forest with %s (TL2cgen)", model_name, toolchain)
+        tl2cgen.export_lib(
+            forest.model,
+            toolchain=toolchain,
+            libpath=str(library),
+            params={"parallel_comp": cores},
+            nthread=cores,
+            options=COMPILE_OPTIONS,
+        )
+
     def remove(self) -> None:
-        shutil.rmtree(self._folder, ignore_errors=True)
+        """Removes a private library; a cached one stays for the next load."""
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _compile_key(forest: Forest, toolchain: str) -> str:
+    import tl2cgen
+    import treelite
+
+    digest = hashlib.sha256()
+    for part in (
+        forest.model_format.model_type,
+        tl2cgen.__version__,
+        treelite.__version__,
+        toolchain,
+        shutil.which(toolchain) or "",
+        " ".join(COMPILE_OPTIONS),
+        platform.machine(),
+    ):
+        digest.update(part.encode() + b"\0")
+    with forest.path.open("rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def find_compiler() -> str | None:

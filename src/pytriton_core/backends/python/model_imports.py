@@ -135,7 +135,9 @@ class ModelImporter:
     def release(self) -> None:
         """Forget every module of the private package (the model is unloaded)."""
         prefix = self.package + "."
-        for name in [n for n in sys.modules if n == self.package or n.startswith(prefix)]:
+        # list() copies the keys in one step under the GIL; a comprehension over the dict
+        # itself can be interrupted by another thread's import (models load in parallel).
+        for name in [n for n in list(sys.modules) if n == self.package or n.startswith(prefix)]:
             sys.modules.pop(name, None)
 
     # ------------------------------------------------------------ __import__

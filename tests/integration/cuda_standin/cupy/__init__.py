@@ -144,6 +144,11 @@ def asarray(source: Any) -> _DeviceView:
     return _DeviceView(source)
 
 
+def _alloc(nbytes: int) -> _MemoryPointer:
+    """``cupy.cuda.alloc``: device memory of the current device (here, host memory)."""
+    return _MemoryPointer(_Memory(nbytes), 0)
+
+
 cuda = SimpleNamespace(
     runtime=_Runtime,
     Device=_Device,
@@ -151,5 +156,6 @@ cuda = SimpleNamespace(
     MemoryPool=_MemoryPool,
     Memory=_Memory,
     MemoryPointer=_MemoryPointer,
+    alloc=_alloc,
     memory=SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
 )
