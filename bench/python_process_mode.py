@@ -2,16 +2,21 @@
 processes), on an identity model and a CPU-bound pure-Python model at 1 and 2 instances.
 
     python -m bench.python_process_mode [--out DIR] [--concurrency 4] [--interval-ms 3000]
+        [--rounds 3]
 
 Both servers load one repository (Triton ignores the ``EXECUTION_MODE`` parameter: its
-Python models always run in stub processes). Throughputs come from perf_analyzer over HTTP,
-all in one run; the table gives each row's ratio to Triton's.
+Python models always run in stub processes) and run side by side; each round measures
+every model on each server in turn (perf_analyzer over HTTP), and a row's ratio to Triton's
+is the median of the rounds' ratios, so load that comes and goes on a shared machine hits
+both alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -92,6 +97,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--interval-ms", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     tools = discover((OURS, TRITON))
     perf = tools.perf_analyzer.path
@@ -102,23 +108,39 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     repository = work / "repository"
     write_repository(repository)
-    results: dict[tuple[str, str], float] = {}
     keys = [OURS] + ([TRITON] if tools.real_triton_start.path is not None else [])
-    for key in keys:
-        models = tuple(MODELS) if key == OURS else TRITON_MODELS
-        with run_server(key, repository, tools, out, "process-mode", models) as server:
-            for model in models:
-                results[key, model] = throughput(
-                    perf, server.http_url, model, args.concurrency, args.interval_ms
-                )
-                print(f"{key} {model}: {results[key, model]:.1f} infer/s", flush=True)
-    lines = ["| model | server | mode | infer/s | vs Triton |", "|---|---|---|---|---|"]
-    for (key, model), value in results.items():
-        base = model.replace("_in", "_proc")
-        triton = results.get((TRITON, base))
-        ratio = f"{value / triton:.2f}x" if triton else "-"
+    served = {OURS: tuple(MODELS), TRITON: TRITON_MODELS}
+    runs: dict[tuple[str, str], list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        # Both servers up at once, measured in turns: load that comes and goes on a shared
+        # machine hits both alike within a round.
+        servers = {
+            key: stack.enter_context(
+                run_server(key, repository, tools, out, "process-mode", served[key])
+            )
+            for key in keys
+        }
+        for round_index in range(args.rounds):
+            for model in MODELS:
+                for key in keys:
+                    if model not in served[key]:
+                        continue
+                    value = throughput(
+                        perf, servers[key].http_url, model, args.concurrency, args.interval_ms
+                    )
+                    runs.setdefault((key, model), []).append(value)
+                    print(f"round {round_index + 1} {key} {model}: {value:.1f} infer/s", flush=True)
+    lines = ["| model | server | mode | infer/s (median) | vs Triton |", "|---|---|---|---|---|"]
+    for (key, model), values in runs.items():
+        triton = runs.get((TRITON, model.replace("_in", "_proc")))
+        # The median of the per-round ratios (each round's figures side by side).
+        ratio = (
+            f"{statistics.median(v / t for v, t in zip(values, triton, strict=True)):.2f}x"
+            if triton
+            else "-"
+        )
         mode = "stub process" if key == TRITON else MODELS[model][2]
-        lines.append(f"| {model} | {key} | {mode} | {value:.1f} | {ratio} |")
+        lines.append(f"| {model} | {key} | {mode} | {statistics.median(values):.1f} | {ratio} |")
     table = "\n".join(lines)
     (out / "python_process_mode.md").write_text(table + "\n")
     print(table)

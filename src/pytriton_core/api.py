@@ -74,6 +74,13 @@ class Server:
             )
             overrides["model_repositories"] = tuple(Path(p) for p in paths)
         self.options = dataclasses.replace(base, **overrides)
+        if self.options.workers != 1:
+            # Worker processes are whole servers of their own, started from the command line
+            # by their parent; a server inside this process is this process.
+            raise ValueError(
+                f"Server(workers={self.options.workers}): an in-process server is one "
+                "process; run `python -m pytriton_core --workers N` for several"
+            )
         self._runtime = ServerRuntime(self.options)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -236,7 +243,7 @@ class Server:
     def log_settings(self, **changes: Any) -> dict[str, Any]:
         """The logging extension: the settings, after applying ``changes`` (``log_info=False``,
         ``log_verbose_level=1``, ``log_format="ISO8601"``...)."""
-        return self._on_loop(_update_log_settings, self._service, changes)
+        return self._call(_update_log_settings(self._service, changes))
 
     def trace_settings(
         self, model: str | None = None, **changes: str | list[str] | None
@@ -244,7 +251,7 @@ class Server:
         """The trace extension: the global (or ``model``'s) settings, after applying
         ``changes`` (``trace_level=["TIMESTAMPS"]``, ``trace_rate="1"``; None clears)."""
         parsed = {k: [v] if isinstance(v, str) else v for k, v in changes.items()}
-        return self._on_loop(self._service.update_trace_settings, model, parsed)
+        return self._call(self._service.update_trace_settings(model, parsed))
 
     def _on_loop(self, function: Callable[..., T], *args: Any) -> T:
         """Run a synchronous core call on the server's loop: the core is single-threaded."""
@@ -262,7 +269,9 @@ class Server:
         return result.result()
 
 
-def _update_log_settings(service: InferenceService, changes: Mapping[str, Any]) -> dict[str, Any]:
+async def _update_log_settings(
+    service: InferenceService, changes: Mapping[str, Any]
+) -> dict[str, Any]:
     values = dict(changes)
     if isinstance(values.get("log_format"), str):
         parsed = parse_log_format(values["log_format"])
@@ -271,7 +280,7 @@ def _update_log_settings(service: InferenceService, changes: Mapping[str, Any]) 
                 f"invalid argument for log_format, got: {values['log_format']}"
             )
         values["log_format"] = parsed
-    return service.update_log_settings(values)
+    return await service.update_log_settings(values)
 
 
 def _version_text(version: int | None) -> str | None:

@@ -24,7 +24,6 @@ from pytriton_core.cli_telemetry import add_telemetry_arguments, telemetry_optio
 from pytriton_core.cli_workers import (
     add_worker_arguments,
     refusals,
-    without_unshared_defaults,
     worker_command,
 )
 from pytriton_core.errors import ServerError
@@ -333,7 +332,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(given)
-    options, worker_notes = without_unshared_defaults(options_from_args(args), args.metrics_config)
+    options = options_from_args(args)
     for refusal in refusals(options):
         raise SystemExit(f"error: --workers {options.workers}: {refusal}")
     if options.workers > 1 and args.worker_board is None:
@@ -345,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
     pool_size = args.grpc_option_infer_allocation_pool_size
     notes = startup_notes(args, pool_size != GrpcOptions().infer_allocation_pool_size)
-    for note in (*notes, *worker_notes, *backend_config_notes(options.backend_config)):
+    for note in (*notes, *backend_config_notes(options.backend_config)):
         log.info("%s", note)
     try:
         return uvloop.run(runtime.run_until_signalled())

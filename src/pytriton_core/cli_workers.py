@@ -8,7 +8,6 @@ ports shared (``--reuse-http-port``, ``--reuse-grpc-port``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,23 +44,6 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     add("--worker-board", type=Path, default=None, help=argparse.SUPPRESS)
 
 
-def without_unshared_defaults(
-    options: ServerOptions, metrics_config: Sequence[str]
-) -> tuple[ServerOptions, list[str]]:
-    """With N > 1, the latency histograms (on by default here, off in Triton) are turned
-    off unless ``--metrics-config histogram_latencies=true`` asks for them (which
-    ``refusals`` then refuses): their buckets are not yet summed over workers."""
-    given = any(item.startswith("histogram_latencies=") for item in metrics_config)
-    if options.workers <= 1 or given or not options.metrics.histogram_latencies:
-        return options, []
-    metrics = dataclasses.replace(options.metrics, histogram_latencies=False)
-    note = (
-        f"--workers {options.workers}: the latency histograms are off (their buckets are not "
-        "yet summed over workers; Triton's default is off too)"
-    )
-    return dataclasses.replace(options, metrics=metrics), [note]
-
-
 def refusals(options: ServerOptions) -> list[str]:
     """What ``--workers N`` (N > 1) cannot do yet, each naming the flag to change."""
     if options.workers <= 1:
@@ -72,16 +54,12 @@ def refusals(options: ServerOptions) -> list[str]:
             "--model-control-mode=poll: each worker would poll the repositories on its own "
             "and reload at its own moment; use none or explicit"
         )
-    metrics = options.metrics
-    for flag, enabled in (
-        ("summary_latencies", metrics.summary_latencies),
-        ("histogram_latencies", metrics.histogram_latencies),
-    ):
-        if enabled and options.allow_metrics:
-            found.append(
-                f"--metrics-config {flag}=true: latency distributions are not yet summed "
-                "over workers"
-            )
+    if options.metrics.summary_latencies and options.allow_metrics:
+        # A summary's quantiles are over each worker's recent window: they do not add up.
+        found.append(
+            "--metrics-config summary_latencies=true: quantiles of several workers' windows "
+            "cannot be summed; use the histograms (histogram_latencies=true)"
+        )
     for name, port in (("--http-port", options.http_port), ("--grpc-port", options.grpc_port)):
         if port == 0:
             found.append(f"{name}=0: the workers need one known port to share")

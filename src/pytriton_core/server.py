@@ -103,9 +103,10 @@ class ServerRuntime:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         seat = self._seat
-        if seat is not None:
+        statistics = None if seat is None else seat.statistics_factory()
+        if seat is not None and statistics is not None:
             seat.set_state(WorkerState.STARTING)
-            self._peers = seat.peer_link()
+            self._peers = seat.peer_link(statistics)
         self._tracer = TraceManager(self.options.trace)  # refuses an unusable trace mode
         staging = StagingPool(self.options.memory.pinned_memory_pool_byte_size)
         self.services = server_services(self.options)
@@ -116,7 +117,7 @@ class ServerRuntime:
             host_staging=staging,
             custom_metrics=self.metric_registry,
             services=self.services,
-            **({} if seat is None else {"statistics": seat.statistics_factory()}),
+            **({} if statistics is None else {"statistics": statistics}),
         )
         shared_memory = SharedMemoryManager(
             allow_client=self.options.memory.allow_client_shm, staging=staging
@@ -149,9 +150,9 @@ class ServerRuntime:
                 raise failure
             log.error("%s", failure.status_text)
         if self._peers is not None:
-            # Started in a dead worker's place: serve what the other workers serve, with
-            # the settings and regions they have.
-            await self._peers.copy_state_from_a_peer(
+            # Take every change from now on; started in a dead worker's place, first serve
+            # what the other workers serve, with the settings and regions they have.
+            await self._peers.join(
                 self._service,
                 explicit_models=self.options.model_control_mode is ModelControlMode.EXPLICIT,
             )
@@ -180,7 +181,9 @@ class ServerRuntime:
                 self.options.metrics,
                 manager.loaded,
                 self.metric_registry,
-                pinned_pool=staging.stats,
+                pinned_pool=staging.stats
+                if seat is None
+                else seat.summed_pinned_pool(staging.stats),
                 response_cache=self.services.response_cache,
             )
             await self._reporter.start()
@@ -193,7 +196,7 @@ class ServerRuntime:
         self._service.live = True
         if seat is not None:
             seat.set_state(WorkerState.SERVING)
-            seat.watch_parent(loop)
+            seat.watch_parent(loop, staging.stats)
 
     def metrics_text(self) -> str:
         """The Prometheus page, as ``/metrics`` serves it ("" with metrics off)."""

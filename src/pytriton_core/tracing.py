@@ -12,11 +12,21 @@ mode, when the opentelemetry packages are installed).
 Settings: one global scope, plus a scope per model that has its own settings; a model's
 scope inherits every setting it does not set from the global one. Each scope samples one
 request in ``trace_rate`` and stops after ``trace_count`` traces (-1: never).
+
+Child traces, as Triton's: a request the server makes for a traced request (an ensemble's
+step; a BLS call from a Python model that passes ``trace=request.trace()``) gets a trace of
+its own from ``RequestTrace.child``, with the next id and ``parent_id`` naming the request's.
+It goes to the same writer as its parent, counts against no ``trace_count``, and is
+finished when its final response is delivered (so it is written before its parent); it has
+the core's stamps, none of a front end's. A child may be made and finished on a model's
+thread (BLS), so ids come from an atomic counter and the file writer takes a lock.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -125,6 +135,7 @@ class RequestTrace:
 
     __slots__ = (
         "_on_finish",
+        "_spawn",
         "_stamps",
         "_tensors",
         "finished",
@@ -142,7 +153,9 @@ class RequestTrace:
         model_name: str,
         tensors: bool,
         on_finish: Callable[[RequestTrace], None],
+        spawn: Callable[[str, RequestTrace], RequestTrace] | None = None,
     ) -> None:
+        """``spawn``: makes a child trace for a model name (``child``); None: no children."""
         self.id = trace_id
         self.model_name = model_name
         self.model_version = -1
@@ -153,6 +166,14 @@ class RequestTrace:
         self._stamps: list[tuple[str, int]] = []
         self._tensors: list[tuple[str, str, str, Sequence[int], Any]] = []
         self._on_finish = on_finish
+        self._spawn = spawn
+
+    def child(self, model_name: str) -> RequestTrace | None:
+        """The trace of a request made for this one to ``model_name`` (see the module
+        docstring), or None where this trace makes none."""
+        if self._spawn is None:
+            return None
+        return self._spawn(model_name, self)
 
     def stamp(self, name: str, ns: int | None = None) -> None:
         self._stamps.append((name, time.monotonic_ns() if ns is None else ns))
@@ -223,15 +244,18 @@ class _TraceFile:
         self._pending: list[list[dict[str, Any]]] = []
         self._index = 0
         self._written = written  # files this server wrote: a later dump extends them
+        self._lock = threading.Lock()  # a BLS child trace finishes on a model's thread
 
     def add(self, entries: list[dict[str, Any]]) -> None:
-        self._pending.append(entries)
-        if self.log_frequency and len(self._pending) >= self.log_frequency:
-            self._dump()
+        with self._lock:
+            self._pending.append(entries)
+            if self.log_frequency and len(self._pending) >= self.log_frequency:
+                self._dump()
 
     def flush(self, indexed: bool = False) -> None:
-        if self._pending:
-            self._dump(indexed)
+        with self._lock:
+            if self._pending:
+                self._dump(indexed)
 
     def _dump(self, indexed: bool = False) -> None:
         entries = [entry for trace in self._pending for entry in trace]
@@ -328,7 +352,7 @@ class TraceManager:
         self._startup = TraceSettings.from_options(options)
         self._written: set[str] = set()
         self._files: dict[tuple[str, int], _TraceFile] = {}
-        self._next_id = 1
+        self._ids = itertools.count(1)  # atomic: child traces are made on models' threads
         self._exporter: _OpenTelemetryExporter | None = None
         if self._startup.mode is TraceMode.OPENTELEMETRY:
             self._exporter = _OpenTelemetryExporter(self._startup.opentelemetry)
@@ -340,6 +364,16 @@ class TraceManager:
     def settings(self, model: str | None = None) -> dict[str, list[str] | str]:
         scope = self._scope(model)
         return scope.settings.wire(scope.remaining)
+
+    def model_overrides(self) -> dict[str, dict[str, list[str] | str]]:
+        """Each model's settings of its own (those it does not take from the global ones),
+        as they are shown on the wire."""
+        overridden = {}
+        for model, scope in self._models.items():
+            shown = scope.settings.wire(scope.remaining)
+            keys = [key for key, attribute in _FIELDS.items() if attribute in scope.overrides]
+            overridden[model] = {key: shown[key] for key in keys if key in shown}
+        return overridden
 
     def update(
         self, model: str | None, changes: Mapping[str, SettingChange]
@@ -419,14 +453,17 @@ class TraceManager:
             return None
         if scope.remaining > 0:
             scope.remaining -= 1
-        trace_id = self._next_id
-        self._next_id += 1
-        return RequestTrace(
-            trace_id,
-            model_name,
-            "TENSORS" in settings.level,
-            lambda trace: self._finished(scope, trace),
-        )
+        tensors = "TENSORS" in settings.level
+
+        def finished(trace: RequestTrace) -> None:
+            self._finished(scope, trace)
+
+        def spawn(child_model: str, parent: RequestTrace) -> RequestTrace:
+            child = RequestTrace(next(self._ids), child_model, tensors, finished, spawn)
+            child.parent_id = parent.id
+            return child
+
+        return RequestTrace(next(self._ids), model_name, tensors, finished, spawn)
 
     def _finished(self, scope: _Scope, trace: RequestTrace) -> None:
         if self._exporter is not None:
@@ -437,7 +474,7 @@ class TraceManager:
             return
         if scope.writer is not None:
             scope.writer.add(trace.to_json())
-            if scope.remaining == 0:
+            if scope.remaining == 0 and not trace.parent_id:  # children precede their parent
                 scope.writer.flush(indexed=True)
 
     def close(self) -> None:

@@ -198,6 +198,8 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         p = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.until_cancelled = p.get("until_cancelled", "") == "yes"
+        # Seconds execute goes on after its final response (a slow clean-up).
+        self.linger_s = float(p.get("linger_s", "0"))
 
     def execute(self, requests):
         for request in requests:
@@ -214,6 +216,7 @@ class TritonPythonModel:
                 y = (x + np.float32(i)).astype(np.float32)
                 sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        time.sleep(self.linger_s)
         return None
 """
 

@@ -12,6 +12,8 @@
 * ``ordered_decoupled``: the oldest strategy with ``preserve_ordering``; the requests of a
   batch answer in reverse order (the last one first, from threads of their own), two
   responses each, saying which execution and position they belong to.
+  ``ordered_dynamic`` is the same model behind the dynamic batcher with
+  ``preserve_ordering``, ``unordered_dynamic`` without it.
 """
 
 from __future__ import annotations
@@ -173,3 +175,12 @@ def write_repository(repository: Path, *, state: bool = True) -> None:
         " preferred_batch_size: [ 3 ] preserve_ordering: true }\n}\n"
     )
     _model(repository, "ordered_decoupled", ordered, ORDERED_MODEL)
+    # The same answers behind the dynamic batcher, with preserve_ordering and without.
+    for name, preserve in (("ordered_dynamic", "true"), ("unordered_dynamic", "false")):
+        batched = (
+            'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            'output [ { name: "WHERE" data_type: TYPE_INT32 dims: [ 4 ] } ]\n'
+            "dynamic_batching { max_queue_delay_microseconds: 300000"
+            f" preferred_batch_size: [ 3 ] preserve_ordering: {preserve} }}\n"
+        )
+        _model(repository, name, batched, ORDERED_MODEL)

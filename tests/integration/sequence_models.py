@@ -439,6 +439,12 @@ def write_repository(repository: Path) -> None:
     decoupled = "model_transaction_policy { decoupled: true }\n"
     _python_model(repository, "iterative_decoupled", ITERATIVE_IO + decoupled, ITERATIVE)
     _python_model(repository, "iterative", ITERATIVE_IO, ITERATIVE)
+    # The same in process mode: the release flags come back from the model's worker process.
+    process = 'parameters { key: "EXECUTION_MODE" value { string_value: "process" } }\n'
+    _python_model(
+        repository, "iterative_decoupled_proc", ITERATIVE_IO + decoupled + process, ITERATIVE
+    )
+    _python_model(repository, "iterative_proc", ITERATIVE_IO + process, ITERATIVE)
     plain = (
         "max_batch_size: 0\n"
         'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'

@@ -21,10 +21,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
 from pipeline_models import ADD_SUB, ADD_SUB_CONFIG, REPEAT, REPEAT_CONFIG, parameter, write_python
+from trace_files import CORE_STAMPS, read_traces, trace_stamps, traces_written
 from tritonclient.utils import InferenceServerException
 
 # Runs INPUT0/INPUT1 on the model named by the request parameter "target" and answers with
-# its outputs, or with its error (code kept) when the call failed.
+# its outputs, or with its error (code kept) when the call failed; passes its request's
+# trace to the call when the parameter "pass_trace" is true.
 CALLER = """
 import json
 
@@ -35,15 +37,18 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            target = json.loads(request.parameters())["target"]
+            parameters = json.loads(request.parameters())
+            # "pass_trace": the call is traced as a child of this request, if it is traced.
+            traced = {"trace": request.trace()} if parameters.get("pass_trace") else {}
             call = pb_utils.InferenceRequest(
-                model_name=target,
+                model_name=parameters["target"],
                 requested_output_names=["OUTPUT0", "OUTPUT1"],
                 inputs=[
                     pb_utils.get_input_tensor_by_name(request, "INPUT0"),
                     pb_utils.get_input_tensor_by_name(request, "INPUT1"),
                 ],
                 request_id=request.request_id(),
+                **traced,
             )
             answer = call.exec()
             if answer.has_error():
@@ -295,7 +300,82 @@ input [ { name: "DEPTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "DEPTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
+# Answers with the name of the thread it executes on.
+THREAD_NAME = """
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        name = np.array([threading.current_thread().name.encode()], np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("THREAD", name)]) for _ in requests]
+"""
+
+THREAD_NAME_CONFIG = """
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+output [ { name: "THREAD" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+# The same with a dynamic batcher (X [4] per batch entry, the caller's X a batch of one).
+THREAD_NAME_BATCHED_CONFIG = """
+max_batch_size: 4
+dynamic_batching { }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "THREAD" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+# Calls the model named by the request parameter "target" with X, and answers with its own
+# thread's name and the target's answer (THREAD), or with the target's error.
+THREAD_CALLER = """
+import json
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            answer = pb_utils.InferenceRequest(
+                model_name=json.loads(request.parameters())["target"],
+                requested_output_names=["THREAD"],
+                inputs=[pb_utils.get_input_tensor_by_name(request, "X")],
+            ).exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=answer.error()))
+                continue
+            own = np.array([threading.current_thread().name.encode()], np.object_)
+            target = pb_utils.get_output_tensor_by_name(answer, "THREAD").as_numpy()
+            target = target.reshape(-1)
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("CALLER", own), pb_utils.Tensor("TARGET", target)]
+                )
+            )
+        return responses
+"""
+
+THREAD_CALLER_CONFIG = """
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+output [
+  { name: "CALLER" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+
+# DEPTH > 0: calls the model its config parameter NEXT names with DEPTH - 1.
+CHAIN = RECURSIVE.replace(
+    'self.name = args["model_name"]',
+    'self.name = json.loads(args["model_config"])["parameters"]["NEXT"]["string_value"]',
+).replace("import numpy as np", "import json\n\nimport numpy as np")
+
 WAIT_S = 120.0
+PROCESS_MODE = parameter("EXECUTION_MODE", "process")
 
 
 def _repository(root: Path) -> None:
@@ -324,18 +404,63 @@ def _repository(root: Path) -> None:
     write_python(root, "manager", MANAGER, MANAGER_CONFIG)
     write_python(root, "managed", ADD_SUB, ADD_SUB_CONFIG)
     write_python(root, "recursive", RECURSIVE, RECURSIVE_CONFIG)
+    write_python(root, "thread_name", THREAD_NAME, THREAD_NAME_CONFIG)
+    write_python(
+        root,
+        "thread_name_batched",
+        THREAD_NAME,
+        THREAD_NAME_BATCHED_CONFIG,
+    )
+    write_python(root, "thread_raising", RAISING, THREAD_NAME_CONFIG)
+    write_python(root, "thread_caller", THREAD_CALLER, THREAD_CALLER_CONFIG)
     write_python(
         root,
         "recursive_pair",
         RECURSIVE,
         RECURSIVE_CONFIG + "instance_group [ { count: 2 kind: KIND_CPU } ]",
     )
+    # The same calls from (and to) models in process mode (their own worker processes).
+    write_python(root, "caller_proc", CALLER, ADD_SUB_CONFIG + PROCESS_MODE)
+    write_python(root, "add_sub_proc", ADD_SUB, ADD_SUB_CONFIG + PROCESS_MODE)
+    write_python(
+        root,
+        "gather_proc",
+        GATHER.replace('"rendezvous"', '"rendezvous_proc"'),
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "SEEN" data_type: TYPE_INT32 dims: [ 10 ] } ]\n' + PROCESS_MODE,
+    )
+    write_python(
+        root,
+        "rendezvous_proc",
+        RENDEZVOUS,
+        "model_transaction_policy { decoupled: true }\n"
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "SEEN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n' + PROCESS_MODE,
+    )
+    write_python(root, "counter_proc", COUNTER, COUNTER_CONFIG + PROCESS_MODE)
+    write_python(root, "manager_proc", MANAGER, MANAGER_CONFIG + PROCESS_MODE)
+    write_python(root, "managed_by_proc", ADD_SUB, ADD_SUB_CONFIG)
+    write_python(root, "recursive_proc", RECURSIVE, RECURSIVE_CONFIG + PROCESS_MODE)
+    two = "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+    # A cycle through both kinds: ping (in process) -> pong (process mode) -> ping.
+    write_python(root, "ping", CHAIN, RECURSIVE_CONFIG + parameter("NEXT", "pong_proc"))
+    pong = RECURSIVE_CONFIG + parameter("NEXT", "ping") + PROCESS_MODE
+    write_python(root, "pong_proc", CHAIN, pong)
+    write_python(root, "recursive_pair_proc", RECURSIVE, RECURSIVE_CONFIG + two + PROCESS_MODE)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the server writes traces, one file per trace (``<file>.<n>``); tracing is off
+    until a test turns it on for a model."""
+    return tmp_path_factory.mktemp("bls-traces") / "trace.json"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, trace_file: Path) -> Iterator[ServerHandle]:
     root = tmp_path_factory.mktemp("bls")
     _repository(root)
+    tracing = [f"--trace-config=triton,file={trace_file}", "--trace-config=triton,log-frequency=1"]
     startup = [
         f"--load-model={name}"
         for name in (
@@ -351,9 +476,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             "manager",
             "recursive",
             "recursive_pair",
+            "thread_name",
+            "thread_name_batched",
+            "thread_raising",
+            "thread_caller",
+            "caller_proc",
+            "add_sub_proc",
+            "gather_proc",
+            "rendezvous_proc",
+            "counter_proc",
+            "manager_proc",
+            "recursive_proc",
+            "recursive_pair_proc",
+            "ping",
+            "pong_proc",
         )
     ]
-    with run_pytriton_server(root, "--model-control-mode=explicit", *startup) as handle:
+    with run_pytriton_server(root, "--model-control-mode=explicit", *tracing, *startup) as handle:
         yield handle
 
 
@@ -370,14 +509,23 @@ def _pair(module: Any) -> tuple[list[Any], np.ndarray, np.ndarray]:
     return [_tensor(module, "INPUT0", a), _tensor(module, "INPUT1", b)], a, b
 
 
+@pytest.mark.parametrize(
+    ("caller", "target"),
+    [("caller", "add_sub"), ("caller_proc", "add_sub"), ("caller", "add_sub_proc")],
+    ids=["in_process", "from_process_mode", "to_process_mode"],
+)
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_exec_runs_the_target_model(
-    protocol: str, http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+    protocol: str,
+    caller: str,
+    target: str,
+    http: httpclient.InferenceServerClient,
+    grpc: grpcclient.InferenceServerClient,
 ) -> None:
     module: Any = httpclient if protocol == "http" else grpcclient
     client: Any = http if protocol == "http" else grpc
     inputs, a, b = _pair(module)
-    result = client.infer("caller", inputs, parameters={"target": "add_sub"})
+    result = client.infer(caller, inputs, parameters={"target": target})
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
@@ -397,79 +545,93 @@ def test_a_model_that_calls_now_and_then_after_many_short_executions(
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
+@pytest.mark.parametrize("caller", ["caller", "caller_proc"])
 def test_errors_of_the_called_model_reach_the_caller(
-    http: httpclient.InferenceServerClient,
+    caller: str, http: httpclient.InferenceServerClient
 ) -> None:
     inputs, _, _ = _pair(httpclient)
     with pytest.raises(InferenceServerException) as caught:
-        http.infer("caller", inputs, parameters={"target": "raising"})
+        http.infer(caller, inputs, parameters={"target": "raising"})
     assert caught.value.message().startswith(
         "Failed to process the request(s) for model 'raising_0', message: ValueError: boom"
     )
     assert caught.value.status() == "500"
     with pytest.raises(InferenceServerException) as caught:
-        http.infer("caller", inputs, parameters={"target": "nowhere"})
+        http.infer(caller, inputs, parameters={"target": "nowhere"})
     assert caught.value.message() == (
         "Model nowhere - Error when running inference: Failed for execute the inference "
         "request. Model 'nowhere' is not ready."
     )
     with pytest.raises(InferenceServerException) as caught:
-        http.infer("caller", inputs, parameters={"target": "repeat"})
+        http.infer(caller, inputs, parameters={"target": "repeat"})
     assert "Model repeat is using the decoupled" in caught.value.message()
 
 
+@pytest.mark.parametrize("model", ["gather", "gather_proc"])
 def test_ten_async_exec_calls_are_in_flight_at_once(
-    grpc: grpcclient.InferenceServerClient,
+    model: str, grpc: grpcclient.InferenceServerClient
 ) -> None:
+    """gather_proc: both the caller and the target run in process mode."""
     x = np.zeros(4, np.float32)
-    result = grpc.infer("gather", [_tensor(grpcclient, "X", x)], client_timeout=WAIT_S)
+    result = grpc.infer(model, [_tensor(grpcclient, "X", x)], client_timeout=WAIT_S)
     # Each call was answered only after all ten had reached the target.
     assert result.as_numpy("SEEN").tolist() == [10] * 10
 
 
+@pytest.mark.parametrize("model", ["counter", "counter_proc"])
 @pytest.mark.parametrize("count", [0, 1, 100])
 def test_exec_decoupled_iterates_every_response(
-    count: int, http: httpclient.InferenceServerClient
+    count: int, model: str, http: httpclient.InferenceServerClient
 ) -> None:
     x = np.array([1.0, 0.0, -1.0, 2.0], np.float32)
     inputs = [
         _tensor(httpclient, "X", x),
         _tensor(httpclient, "COUNT", np.array([count], np.int32)),
     ]
-    result = http.infer("counter", inputs)
+    result = http.infer(model, inputs)
     assert result.as_numpy("RESPONSES").tolist() == [count]
     expected = sum((x + i for i in range(count)), np.zeros(4, np.float32))
     np.testing.assert_allclose(result.as_numpy("TOTAL"), expected)
 
 
-def test_cancel_stops_a_decoupled_callee(http: httpclient.InferenceServerClient) -> None:
+@pytest.mark.parametrize("model", ["counter", "counter_proc"])
+def test_cancel_stops_a_decoupled_callee(
+    model: str, http: httpclient.InferenceServerClient
+) -> None:
     x = np.zeros(4, np.float32)
     inputs = [_tensor(httpclient, "X", x), _tensor(httpclient, "COUNT", np.array([1], np.int32))]
-    result = http.infer("counter", inputs, parameters={"cancel_after": 3})
+    result = http.infer(model, inputs, parameters={"cancel_after": 3})
     # The callee stops at the next check of request.is_cancelled(); it would send 10000.
     received = int(result.as_numpy("RESPONSES")[0])
     assert 3 <= received < 10000
 
 
-def test_models_load_and_unload_models(http: httpclient.InferenceServerClient) -> None:
+@pytest.mark.parametrize(
+    ("manager", "managed", "adhoc"),
+    [("manager", "managed", "adhoc"), ("manager_proc", "managed_by_proc", "adhoc_by_proc")],
+    ids=["in_process", "process_mode"],
+)
+def test_models_load_and_unload_models(
+    manager: str, managed: str, adhoc: str, http: httpclient.InferenceServerClient
+) -> None:
     def act(action: str, name: str) -> bool:
         inputs = [
             _tensor(httpclient, "ACTION", np.array([action.encode()], np.object_)),
             _tensor(httpclient, "NAME", np.array([name.encode()], np.object_)),
         ]
-        return bool(http.infer("manager", inputs).as_numpy("READY")[0])
+        return bool(http.infer(manager, inputs).as_numpy("READY")[0])
 
-    assert act("ready", "managed") is False
-    assert act("load", "managed") is True
-    assert http.is_model_ready("managed")
+    assert act("ready", managed) is False
+    assert act("load", managed) is True
+    assert http.is_model_ready(managed)
     inputs, a, b = _pair(httpclient)
-    np.testing.assert_array_equal(http.infer("managed", inputs).as_numpy("OUTPUT0"), a + b)
-    assert act("unload", "managed") is False
-    assert not http.is_model_ready("managed")
+    np.testing.assert_array_equal(http.infer(managed, inputs).as_numpy("OUTPUT0"), a + b)
+    assert act("unload", managed) is False
+    assert not http.is_model_ready(managed)
     # With a config and files of its own: a model that is in no repository.
-    assert act("load_files", "adhoc") is True
+    assert act("load_files", adhoc) is True
     x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
-    answer = http.infer("adhoc", [_tensor(httpclient, "X", x)])
+    answer = http.infer(adhoc, [_tensor(httpclient, "X", x)])
     np.testing.assert_array_equal(answer.as_numpy("Y"), 3 * x)
 
 
@@ -494,3 +656,119 @@ def test_a_model_calling_itself_without_a_free_instance_fails(
         _depth(client, module, "recursive_pair", 2)
     # The server still serves.
     assert _depth(client, module, "recursive", 0).as_numpy("DEPTH").tolist() == [0]
+
+
+def _counts(client: httpclient.InferenceServerClient, model: str) -> tuple[int, int, int, int]:
+    """(successes, failures, executions, compute_infer ns) of the model's statistics."""
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    inference = stats["inference_stats"]
+    return (
+        inference["success"]["count"],
+        inference["fail"]["count"],
+        stats["execution_count"],
+        inference["compute_infer"]["ns"],
+    )
+
+
+def _thread_call(http: httpclient.InferenceServerClient, target: str) -> tuple[str, str]:
+    x = np.zeros((1, 4), np.float32)
+    result = http.infer(
+        "thread_caller", [_tensor(httpclient, "X", x)], parameters={"target": target}
+    )
+    caller = result.as_numpy("CALLER")[0]
+    target_thread = result.as_numpy("TARGET")[0]
+    return caller.decode(), target_thread.decode()
+
+
+def test_a_call_to_an_idle_default_scheduled_model_runs_on_the_callers_thread(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    """The target executes on the caller's thread (no hand-off), and is counted in its
+    statistics as a queued execution would be."""
+    before = _counts(http, "thread_name")
+    caller, target = _thread_call(http, "thread_name")
+    assert caller == target == "instance-thread_caller_0"
+    successes, failures, executions, compute_ns = _counts(http, "thread_name")
+    assert (successes, failures, executions) == (before[0] + 1, before[1], before[2] + 1)
+    assert compute_ns > before[3]
+
+
+def test_a_call_to_a_batching_model_goes_through_its_queue(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    """A dynamic batcher must see the request (it may batch it with others): the target
+    executes on its own instance's thread."""
+    caller, target = _thread_call(http, "thread_name_batched")
+    assert caller == "instance-thread_caller_0"
+    assert target == "instance-thread_name_batched_0"
+
+
+def test_a_failing_call_on_the_callers_thread_counts_as_a_failure(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    before = _counts(http, "thread_raising")
+    with pytest.raises(InferenceServerException) as caught:
+        _thread_call(http, "thread_raising")
+    assert caught.value.message().startswith(
+        "Failed to process the request(s) for model 'thread_raising_0', message: ValueError: boom"
+    )
+    successes, failures, executions, _ = _counts(http, "thread_raising")
+    assert (successes, failures, executions) == (before[0], before[1] + 1, before[2] + 1)
+
+
+def test_a_call_given_the_requests_trace_is_traced_as_its_child(
+    http: httpclient.InferenceServerClient, trace_file: Path
+) -> None:
+    """As Triton: a BLS call gets a child trace (parent_id, the core's stamps) only when the
+    model passes ``trace=request.trace()``; the child is written before its parent."""
+    start = traces_written(trace_file)
+    http.update_trace_settings("caller", {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+    try:
+        inputs, a, _ = _pair(httpclient)
+        http.infer("caller", inputs, parameters={"target": "add_sub"})
+        traced = http.infer("caller", inputs, parameters={"target": "add_sub", "pass_trace": True})
+        np.testing.assert_array_equal(traced.as_numpy("OUTPUT0"), a + _pair(httpclient)[2])
+    finally:
+        http.update_trace_settings("caller", {"trace_level": None, "trace_rate": None})
+    entries = read_traces(trace_file, start, 3)
+    headers = [e for e in entries if "model_name" in e]
+    first, parent = headers[0]["id"], headers[2]["id"]
+    assert [h["model_name"] for h in headers] == ["caller", "add_sub", "caller"]
+    child = headers[1]
+    assert child == {
+        "id": child["id"],
+        "model_name": "add_sub",
+        "model_version": 1,
+        "parent_id": parent,
+    }
+    assert first < parent < child["id"]
+    assert trace_stamps(entries, child["id"]) == CORE_STAMPS
+    # The caller's own trace has its front end's and its compute stamps.
+    assert {"HTTP_RECV_START", "COMPUTE_START", "HTTP_SEND_END"} <= set(
+        trace_stamps(entries, parent)
+    )
+
+
+def test_a_process_mode_model_calling_itself_without_a_free_instance_fails(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    assert _depth(http, httpclient, "recursive_proc", 0).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException) as caught:
+        _depth(http, httpclient, "recursive_proc", 1)
+    message = caught.value.message()
+    assert message.startswith("Model recursive_proc - Error when running inference: deadlock")
+    assert "no instance of model 'recursive_proc' can get free" in message
+    assert _depth(http, httpclient, "recursive_proc", 0).as_numpy("DEPTH").tolist() == [0]
+    # The server knows every worker's instance: with two, one level of self-call runs.
+    assert _depth(http, httpclient, "recursive_pair_proc", 1).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException, match="deadlock"):
+        _depth(http, httpclient, "recursive_pair_proc", 2)
+
+
+def test_a_cycle_through_a_process_mode_model_fails_instead_of_hanging(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    assert _depth(http, httpclient, "ping", 1).as_numpy("DEPTH").tolist() == [0]
+    with pytest.raises(InferenceServerException) as caught:
+        _depth(http, httpclient, "ping", 2)  # pong_proc would wait on ping's only instance
+    assert "no instance of model 'ping' can get free" in caught.value.message()

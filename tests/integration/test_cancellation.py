@@ -39,6 +39,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     write_spin(root, "spin")
     write_spin(root, "spin_batched", dynamic_batching=True)
     write_tokens(root, "tokens")
+    # The same models in process mode: the cancellation crosses to their worker processes.
+    for model_dir in (write_spin(root, "spin_proc"), write_tokens(root, "tokens_proc")):
+        with (model_dir / "config.pbtxt").open("a") as config:
+            config.write(
+                '\nparameters { key: "EXECUTION_MODE" value { string_value: "process" } }\n'
+            )
     with run_pytriton_server(root, metrics=True) as handle:
         yield handle
 
@@ -114,13 +120,14 @@ def wait_idle(server: ServerHandle, model: str, executions: int) -> dict[str, An
 # ------------------------------------------------------------------------------- gRPC
 
 
+@pytest.mark.parametrize("model", ["spin", "spin_proc"])
 def test_grpc_cancel_reaches_a_python_model_polling_is_cancelled(
-    server: ServerHandle, marker: Path
+    server: ServerHandle, marker: Path, model: str
 ) -> None:
     results: queue.Queue[Any] = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         call = client.async_infer(
-            "spin",
+            model,
             grpc_inputs([2]),
             callback=lambda result, error: results.put(error),
             parameters={"marker": str(marker)},
@@ -130,7 +137,7 @@ def test_grpc_cancel_reaches_a_python_model_polling_is_cancelled(
         call.cancel()
         noticed = wait_for(marker, "cancelled")
         error = results.get(timeout=WAIT_S)
-    report_notice("gRPC cancel", cancelled_at, noticed)
+    report_notice(f"gRPC cancel ({model})", cancelled_at, noticed)
     assert "CANCELLED" in str(error.status())
 
 
@@ -188,8 +195,9 @@ def test_a_request_cancelled_in_the_queue_never_executes(
     assert cancel_failures(server, model) == failures_before + 1
 
 
+@pytest.mark.parametrize("model", ["tokens", "tokens_proc"])
 def test_a_cancelled_grpc_stream_stops_a_decoupled_model(
-    server: ServerHandle, marker: Path
+    server: ServerHandle, marker: Path, model: str
 ) -> None:
     received: queue.Queue[Any] = queue.Queue()
     text = grpcclient.InferInput("text_input", [1], "BYTES")
@@ -197,7 +205,7 @@ def test_a_cancelled_grpc_stream_stops_a_decoupled_model(
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         client.start_stream(lambda result, error: received.put((result, error)))
         client.async_stream_infer(
-            "tokens",
+            model,
             [text],
             parameters={"until_cancelled": True, "delay_ms": 5, "marker": str(marker)},
         )
@@ -207,7 +215,7 @@ def test_a_cancelled_grpc_stream_stops_a_decoupled_model(
         cancelled_at = time.monotonic()
         client.stop_stream(cancel_requests=True)
     noticed = wait_for(marker, "cancelled-after")
-    report_notice("gRPC stream cancel (decoupled)", cancelled_at, noticed)
+    report_notice(f"gRPC stream cancel ({model})", cancelled_at, noticed)
 
 
 # ------------------------------------------------------------------------------- HTTP

@@ -40,6 +40,7 @@ from pipeline_models import (
     write_ensemble,
     write_python,
 )
+from trace_files import CORE_STAMPS, read_traces, trace_stamps, traces_written
 from tritonclient.utils import InferenceServerException
 
 WAIT_S = 60.0  # the longest a test waits for something that must happen
@@ -92,6 +93,13 @@ def _repository(root: Path) -> None:
         extra=tensors("output", Y2=X4),
     )
     write_python(root, "repeat", REPEAT, REPEAT_CONFIG)
+    write_python(root, "lingering", REPEAT, REPEAT_CONFIG + parameter("linger_s", "0.3"))
+    write_ensemble(
+        root,
+        "linger_ens",
+        tensors("input", X=X4, COUNT="TYPE_INT32 [ 1 ]") + "\n" + tensors("output", Y=X4),
+        [step("lingering", {"X": "X", "COUNT": "COUNT"}, {"Y": "Y"})],
+    )
     write_ensemble(
         root,
         "stream",
@@ -170,10 +178,20 @@ def _repository(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the server writes traces, one file per trace; tracing is off until a test
+    turns it on for a model."""
+    return tmp_path_factory.mktemp("ensemble-traces") / "trace.json"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, trace_file: Path) -> Iterator[ServerHandle]:
     root = tmp_path_factory.mktemp("ensembles")
     _repository(root)
-    with run_pytriton_server(root, "--model-control-mode=explicit", metrics=True) as handle:
+    tracing = [f"--trace-config=triton,file={trace_file}", "--trace-config=triton,log-frequency=1"]
+    with run_pytriton_server(
+        root, "--model-control-mode=explicit", *tracing, metrics=True
+    ) as handle:
         yield handle
 
 
@@ -229,6 +247,47 @@ def test_fan_out_and_fan_in_give_exact_results(
     )
     assert only_diff.as_numpy("SUM") is None
     np.testing.assert_array_equal(only_diff.as_numpy("DIFF"), 2 * x - x * x)
+
+
+def test_each_step_is_traced_as_a_child_of_the_ensembles_trace(
+    http: httpclient.InferenceServerClient, trace_file: Path
+) -> None:
+    """Triton's shape: a trace per step, with parent_id and the core's stamps, written
+    before the ensemble's own, which has the front end's stamps and no compute ones."""
+    _loaded(http, "fan")
+    start = traces_written(trace_file)
+    http.update_trace_settings("fan", {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+    try:
+        http.infer("fan", [_input(httpclient, "X", _x())])
+    finally:
+        http.update_trace_settings("fan", {"trace_level": None, "trace_rate": None})
+    entries = read_traces(trace_file, start, 4)
+    headers = [e for e in entries if "model_name" in e]
+    parent = headers[-1]
+    assert parent == {"id": parent["id"], "model_name": "fan", "model_version": 1}
+    steps = headers[:-1]
+    assert sorted(h["model_name"] for h in steps) == ["add_sub", "double", "square"]
+    for header in steps:
+        assert header == {
+            "id": header["id"],
+            "model_name": header["model_name"],
+            "model_version": 1,
+            "parent_id": parent["id"],
+        }
+        assert trace_stamps(entries, header["id"]) == CORE_STAMPS
+    # Ids in the order the steps were issued: the fan-out's two, then the fan-in.
+    ids = {h["model_name"]: h["id"] for h in steps}
+    assert parent["id"] < ids["double"] < ids["square"] < ids["add_sub"]
+    assert trace_stamps(entries, parent["id"]) == [
+        "HTTP_RECV_START",
+        "HTTP_RECV_END",
+        "REQUEST_START",
+        "QUEUE_START",
+        "INFER_RESPONSE_COMPLETE",
+        "REQUEST_END",
+        "HTTP_SEND_START",
+        "HTTP_SEND_END",
+    ]
 
 
 def test_metadata_and_config_as_triton_returns_them(
@@ -342,23 +401,18 @@ def test_request_id_parameters_and_sequence_settings_reach_the_steps(
 # ---------------------------------------------------------------------- decoupled steps
 
 
-@pytest.mark.parametrize("count", [0, 1, 5])
-def test_a_decoupled_step_makes_the_ensemble_stream(
-    count: int, http: httpclient.InferenceServerClient, server: ServerHandle
-) -> None:
-    _loaded(http, "stream")
-    assert http.get_model_config("stream")["model_transaction_policy"] == {"decoupled": True}
-    x = _x()
+def _stream(server: ServerHandle, model: str, count: int, request_id: str = "") -> list[Any]:
+    """One streaming request of ``count`` responses; its responses, once the final came."""
     received: list[Any] = []
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         client.start_stream(callback=lambda result, error: received.append((result, error)))
         inputs = [
-            _input(grpcclient, "X", x),
+            _input(grpcclient, "X", _x()),
             _input(grpcclient, "COUNT", np.array([count], np.int32)),
         ]
         client.async_stream_infer(
-            "stream", inputs, request_id="s", enable_empty_final_response=True
+            model, inputs, request_id=request_id, enable_empty_final_response=True
         )
         _eventually(
             lambda: any(
@@ -371,7 +425,18 @@ def test_a_decoupled_step_makes_the_ensemble_stream(
         client.stop_stream()
         client.close()
     assert all(error is None for _, error in received)
-    values = [r.as_numpy("Y") for r, _ in received if r.as_numpy("Y") is not None]
+    return [r for r, _ in received]
+
+
+@pytest.mark.parametrize("count", [0, 1, 5])
+def test_a_decoupled_step_makes_the_ensemble_stream(
+    count: int, http: httpclient.InferenceServerClient, server: ServerHandle
+) -> None:
+    _loaded(http, "stream")
+    assert http.get_model_config("stream")["model_transaction_policy"] == {"decoupled": True}
+    x = _x()
+    received = _stream(server, "stream", count, request_id="s")
+    values = [r.as_numpy("Y") for r in received if r.as_numpy("Y") is not None]
     assert [v.tolist() for v in values] == [(2 * (x + i)).tolist() for i in range(count)]
     with pytest.raises(InferenceServerException, match="doesn't support models with decoupled"):
         http.infer(
@@ -381,6 +446,34 @@ def test_a_decoupled_step_makes_the_ensemble_stream(
                 _input(httpclient, "COUNT", np.array([1], np.int32)),
             ],
         )
+
+
+def test_a_step_answered_before_its_execute_returns_still_counts_its_compute(
+    http: httpclient.InferenceServerClient, server: ServerHandle
+) -> None:
+    """The step sends its final response, then runs 0.3 s more: the ensemble's compute
+    time (counted once that execution has ended) is still its step's."""
+    _loaded(http, "linger_ens")
+    before = {name: _stats(http, name) for name in ("linger_ens", "lingering")}
+    _stream(server, "linger_ens", 2)
+
+    def successes(name: str) -> int:
+        return int(_stats(http, name)["inference_stats"]["success"]["count"])
+
+    old = int(before["linger_ens"]["inference_stats"]["success"]["count"])
+    _eventually(lambda: successes("linger_ens") == old + 1, "the ensemble's statistics")
+    after = {name: _stats(http, name) for name in ("linger_ens", "lingering")}
+    for part in ("compute_input", "compute_infer", "compute_output"):
+        spent = {
+            name: int(after[name]["inference_stats"][part]["ns"])
+            - int(before[name]["inference_stats"][part]["ns"])
+            for name in after
+        }
+        assert spent["linger_ens"] == spent["lingering"], part
+    infer_ns = int(after["lingering"]["inference_stats"]["compute_infer"]["ns"]) - int(
+        before["lingering"]["inference_stats"]["compute_infer"]["ns"]
+    )
+    assert infer_ns >= 300_000_000
 
 
 # ------------------------------------------------------------------------------ failures

@@ -187,3 +187,8 @@ def test_each_server_keeps_its_own_custom_metrics(tmp_path: Path) -> None:
         b.infer("counting", x)
         assert "counted_requests 3" in a.metrics().splitlines()
         assert "counted_requests 1" in b.metrics().splitlines()
+
+
+def test_an_in_process_server_refuses_workers(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"Server\(workers=2\).*--workers N"):
+        Server(model_repository=tmp_path, workers=2)

@@ -6,14 +6,18 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server, write_python_model
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 IDENTITY = """
@@ -45,9 +49,10 @@ output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }},
 parameters {{ key: "EXECUTION_MODE" value {{ string_value: "process" }} }}
 """
 
-# What CRASHY does is picked by its input: 1 exits, 2 segfaults, 3 hangs, 4 leaks.
+# What CRASHY does is picked by its input: 1 exits, 2 segfaults, 3 hangs, 4 leaks;
+# 5 answers, then the whole process freezes (SIGSTOP) while idle.
 CRASHY = """
-import ctypes, os, time
+import ctypes, os, signal, threading, time
 import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
@@ -68,6 +73,9 @@ class TritonPythonModel:
                 while True:
                     self.hoard.append(b"x" * (16 << 20))
                     time.sleep(0.01)
+            if what == 5:
+                freeze = lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP))
+                threading.Thread(target=freeze, daemon=True).start()
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x + 1)]))
         return out
 """
@@ -109,6 +117,45 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 parameters { key: "EXECUTION_MODE" value { string_value: "process" } }
 """
 
+# Custom metrics from two worker processes (two instances): the server sums their series.
+METRICS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        labels = {"model": args["model_name"]}
+        self.requests = pb_utils.MetricFamily(
+            "proc_requests", "Requests executed", pb_utils.MetricFamily.COUNTER
+        ).Metric(labels)
+        self.last = pb_utils.MetricFamily(
+            "proc_last_size", "Size of the last input", pb_utils.MetricFamily.GAUGE
+        ).Metric(labels)
+        self.sizes = pb_utils.MetricFamily(
+            "proc_sizes", "Input sizes", pb_utils.MetricFamily.HISTOGRAM
+        ).Metric(labels, buckets=[1.0, 4.0])
+
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            self.requests.increment(1)
+            self.last.set(x.size)
+            self.sizes.observe(x.size)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+        return out
+"""
+
+METRICS_CONFIG = """
+name: "metrics"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+parameters { key: "EXECUTION_MODE" value { string_value: "process" } }
+"""
+
 VERSIONED = """
 import numpy as np
 import confpkg
@@ -131,6 +178,45 @@ parameters {{ key: "EXECUTION_ENV_PATH" value {{ string_value: "$$TRITON_MODEL_D
 """
 
 
+# Its config comes from auto_complete_config, which imports a package only its own
+# environment has: the hook runs in a process with the model's interpreter, as in Triton.
+COMPLETED = (
+    VERSIONED
+    + """
+    @staticmethod
+    def auto_complete_config(config):
+        import confpkg
+        config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [1]})
+        config.add_output({"name": "VERSION", "data_type": "TYPE_STRING", "dims": [1]})
+        config.set_max_batch_size(0)
+        return config
+"""
+)
+
+COMPLETED_CONFIG = """
+name: "completed"
+backend: "python"
+parameters { key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }
+"""
+
+
+def _wheel(folder: Path, version: str) -> Path:
+    """A pure-Python wheel of ``confpkg`` at ``version``, made by hand (no build, no index)."""
+    dist = f"confpkg-{version}.dist-info"
+    files = {
+        "confpkg/__init__.py": f"VERSION = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: confpkg\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    path = folder / f"confpkg-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+        wheel.writestr(f"{dist}/RECORD", "".join(f"{name},,\n" for name in [*files, dist]))
+    return path
+
+
 def _env_with_package(env: Path, version: str) -> None:
     """A virtual environment whose only package is ``confpkg`` at ``version``."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
@@ -147,10 +233,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     write_python_model(root, "identity_in", in_process, IDENTITY)
     write_python_model(root, "crashy", CRASHY_CONFIG, CRASHY)
     write_python_model(root, "stream", STREAM_CONFIG, STREAM)
+    write_python_model(root, "metrics", METRICS_CONFIG, METRICS)
     for name, version in (("pkg_one", "1.0"), ("pkg_two", "2.0")):
         model_dir = write_python_model(root, name, VERSIONED_CONFIG.format(name=name), VERSIONED)
         _env_with_package(model_dir / "env", version)
-    with run_pytriton_server(root) as handle:
+    # A requirements.txt: installed once into a cached environment of the server's Python.
+    model_dir = write_python_model(
+        root,
+        "pkg_req",
+        VERSIONED_CONFIG.format(name="pkg_req").replace("/env", "/requirements.txt"),
+        VERSIONED,
+    )
+    (model_dir / "requirements.txt").write_text(f"./{_wheel(model_dir, '4.0').name}\n")
+    model_dir = write_python_model(root, "completed", COMPLETED_CONFIG, COMPLETED)
+    _env_with_package(model_dir / "env", "3.0")
+    cache = f"--backend-config=python,execution-env-cache-dir={root / 'env-cache'}"
+    with run_pytriton_server(root, cache, metrics=True) as handle:
         yield handle
 
 
@@ -244,5 +342,63 @@ def test_each_model_gets_its_own_environment(server: ServerHandle) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
     inputs = [httpclient.InferInput("IN", [1], "FP32")]
     inputs[0].set_data_from_numpy(np.array([0], dtype=np.float32))
-    for model, version in (("pkg_one", b"1.0"), ("pkg_two", b"2.0")):
+    for model, version in (("pkg_one", b"1.0"), ("pkg_two", b"2.0"), ("pkg_req", b"4.0")):
         assert client.infer(model, inputs).as_numpy("VERSION")[0] == version
+
+
+def test_a_frozen_idle_worker_is_detected_and_restarted(server: ServerHandle) -> None:
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    _wait_ready(client, "crashy")
+    np.testing.assert_array_equal(_crashy(client, 5.0), [6.0])  # then it freezes
+    deadline = time.monotonic() + 60
+    while client.is_model_ready("crashy"):
+        assert time.monotonic() < deadline, "the frozen worker was never noticed"
+        time.sleep(0.05)
+    _identity(client, "identity")
+    _wait_ready(client, "crashy")
+    np.testing.assert_array_equal(_crashy(client, 41.0), [42.0])
+    assert "no heartbeat for PROCESS_HEARTBEAT_TIMEOUT_SECONDS=1 s" in server.log()
+
+
+def _scrape(server: ServerHandle) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """sample name -> labels -> value, from the server's /metrics page."""
+    assert server.metrics_url is not None
+    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=30) as page:
+        text = page.read().decode()
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = tuple(sorted(sample.labels.items()))
+            samples.setdefault(sample.name, {})[labels] = sample.value
+    return samples
+
+
+def test_custom_metrics_of_worker_processes_reach_metrics(server: ServerHandle) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    sizes = [1, 3, 10, 2]
+    results: list[Any] = []
+    for size in sizes:  # in flight together: both instances (worker processes) execute
+        inputs = [httpclient.InferInput("IN", [size], "FP32")]
+        inputs[0].set_data_from_numpy(np.ones(size, np.float32))
+        results.append(client.async_infer("metrics", inputs))
+    for result in results:
+        result.get_result()
+    samples = _scrape(server)
+    model = (("model", "metrics"),)
+    assert samples["proc_requests_total"][model] == 4
+    assert samples["proc_last_size"][model] in sizes
+    assert samples["proc_sizes_count"][model] == 4
+    assert samples["proc_sizes_sum"][model] == sum(sizes)
+    buckets = {dict(labels)["le"]: v for labels, v in samples["proc_sizes_bucket"].items()}
+    assert buckets == {"1": 1, "4": 3, "+Inf": 4}
+    stats = client.get_inference_statistics("metrics")["model_stats"][0]
+    assert int(stats["execution_count"]) == 4
+
+
+def test_auto_complete_config_runs_in_the_models_environment(server: ServerHandle) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = client.get_model_config("completed")
+    assert [i["name"] for i in config["input"]] == ["IN"]
+    inputs = [httpclient.InferInput("IN", [1], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([0], dtype=np.float32))
+    assert client.infer("completed", inputs).as_numpy("VERSION")[0] == b"3.0"

@@ -577,7 +577,7 @@ def test_cancelling_a_queued_request_cancels_the_rest_of_its_sequence(
 # --------------------------------------------------------------------- iterative sequences
 
 
-def _iterate_on_stream(server: ServerHandle, start: int) -> list[tuple[int, str, bool]]:
+def _iterate_on_stream(server: ServerHandle, start: int, model: str) -> list[tuple[int, str, bool]]:
     answers: queue.Queue[Any] = queue.Queue()
 
     def collect(result: Any, error: Any) -> None:
@@ -587,7 +587,7 @@ def _iterate_on_stream(server: ServerHandle, start: int) -> list[tuple[int, str,
         client.start_stream(callback=collect)
         tensor = grpcclient.InferInput("IN", [1], "INT32")
         tensor.set_data_from_numpy(np.array([start], np.int32))
-        client.async_stream_infer("iterative_decoupled", [tensor], request_id="it")
+        client.async_stream_infer(model, [tensor], request_id="it")
         got = []
         while True:
             item = answers.get(timeout=60)
@@ -603,22 +603,24 @@ def _iterate_on_stream(server: ServerHandle, start: int) -> list[tuple[int, str,
     return got
 
 
-def test_iterative_sequence_with_rescheduling_decoupled(server: ServerHandle) -> None:
+@pytest.mark.parametrize("model", ["iterative_decoupled", "iterative_decoupled_proc"])
+def test_iterative_sequence_with_rescheduling_decoupled(server: ServerHandle, model: str) -> None:
     """No correlation ID: the request is a sequence of its own (an ID assigned, START set);
     each reschedule queues it again with its flags cleared."""
-    got = _iterate_on_stream(server, 3)
+    got = _iterate_on_stream(server, 3, model)
     assert [(left, final) for left, _, final in got] == [(2, False), (1, False), (0, True)]
     ids = {info.split(":")[0] for _, info, _ in got}
     assert len(ids) == 1 and int(ids.pop()) > 0
     assert [info.split(":")[1] for _, info, _ in got] == ["1", "0", "0"]
 
 
-def test_iterative_sequence_with_rescheduling(client_and_module: Any) -> None:
+@pytest.mark.parametrize("model", ["iterative", "iterative_proc"])
+def test_iterative_sequence_with_rescheduling(client_and_module: Any, model: str) -> None:
     """Non-decoupled: the model answers None for a rescheduled request, then responds."""
     client, module = client_and_module
     tensor = module.InferInput("IN", [1], "INT32")
     tensor.set_data_from_numpy(np.array([4], np.int32))
-    result = client.infer("iterative", [tensor])
+    result = client.infer(model, [tensor])
     assert int(result.as_numpy("OUT")[0]) == 0
     assert result.as_numpy("INFO")[0].decode().endswith(":0")  # the 4th execution's flags
 

@@ -194,3 +194,31 @@ def test_preserve_ordering_orders_a_decoupled_models_responses(server: ServerHan
         # (checked: 1.1 then 1.2's first responses, then their finals), though its core
         # hands them over in this order.
         assert where == [(e, p, 3, i) for e, p in order for i in range(2)]
+
+
+def _where(got: list[Answer]) -> list[tuple[int, ...]]:
+    where = []
+    for _, outputs, error, _ in got:
+        assert error is None, error
+        assert outputs is not None
+        where.append(tuple(int(x) for x in outputs["WHERE"].reshape(-1)))
+    return where
+
+
+@pytest.mark.parametrize("model", ["ordered_dynamic", "unordered_dynamic"])
+def test_dynamic_preserve_ordering_orders_a_decoupled_models_responses(
+    server: ServerHandle, model: str
+) -> None:
+    """Six requests (no sequence) in two batches of three that answer in reverse: with the
+    dynamic batcher's preserve_ordering every response of a request leaves before those of
+    the next one, in the order the requests came; without it they leave as sent."""
+    got = _stream(server, model, [(0, 1, 3, n) for n in range(6)])
+    where = _where(got)
+    order = sorted({(execution, position, count) for execution, position, count, _ in where})
+    assert len(order) == 6, where
+    in_request_order = [(e, p, c, i) for e, p, c in order for i in range(2)]
+    if model == "ordered_dynamic":
+        assert [int(request_id) for request_id, *_ in got] == [n for n in range(6) for _ in "ab"]
+        assert where == in_request_order
+    else:  # the control: the last request of each batch answers first
+        assert where != in_request_order

@@ -10,6 +10,7 @@ workers serve (the kernel spreads connections over the SO_REUSEPORT listeners).
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -25,9 +26,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
 from prometheus_client.parser import text_string_to_metric_families
+from streaming_models import write_tokens
 from tritonclient.utils import InferenceServerException
 
 MODEL = "whoami"
+STREAMING = "tokens"  # decoupled: "count" responses, then an empty final one
 WAIT_S = 60.0  # a wait, not a limit: a loaded machine starts a worker slowly
 
 _CONFIG = """
@@ -70,6 +73,7 @@ def _write_repository(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     repository = _write_repository(tmp_path_factory.mktemp("workers"))
+    write_tokens(repository, STREAMING)
     with run_pytriton_server(
         repository, "--workers=2", "--allow-client-shm=true", metrics=True
     ) as h:
@@ -108,7 +112,10 @@ def _success_count(url: str) -> int:
         client.close()
 
 
-def _metric(handle: ServerHandle, family: str) -> float:
+def _metric(
+    handle: ServerHandle, family: str, model: str = MODEL, sample: str | None = None
+) -> float:
+    """``model``'s value of ``family`` (of its ``sample``, as ``_count`` of a histogram)."""
     assert handle.metrics_url is not None
     host, port = handle.metrics_url.split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
@@ -116,9 +123,10 @@ def _metric(handle: ServerHandle, family: str) -> float:
     text = connection.getresponse().read().decode()
     connection.close()
     for parsed in text_string_to_metric_families(text):
-        for sample in parsed.samples if parsed.name == family else ():
-            if sample.labels.get("model") == MODEL:
-                return float(sample.value)
+        for found in parsed.samples if parsed.name == family else ():
+            wanted = sample is None or found.name == family + sample
+            if found.labels.get("model") == model and wanted:
+                return float(found.value)
     raise AssertionError(f"{family} not on the metrics page")
 
 
@@ -160,6 +168,56 @@ def test_statistics_and_metrics_count_every_request(server: ServerHandle) -> Non
     for _ in range(4):
         assert _metric(server, "nv_inference_request_success") == before + 40
         assert _metric(server, "nv_inference_count") == before + 40
+
+
+def _stream_two_tokens(url: str) -> None:
+    """One request to the decoupled model on a gRPC stream of its own; until its end."""
+    ended = threading.Event()
+    errors: list[object] = []
+
+    def on_response(result: object, error: object) -> None:
+        if error is not None:
+            errors.append(error)
+            ended.set()
+        elif (
+            result is not None
+            and result.get_response()
+            .parameters[  # type: ignore[attr-defined]
+                "triton_final_response"
+            ]
+            .bool_param
+        ):
+            ended.set()
+
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(on_response)
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"t"], np.object_))
+    count = grpcclient.InferInput("count", [1], "INT32")
+    count.set_data_from_numpy(np.array([2], np.int32))
+    client.async_stream_infer(STREAMING, [text, count], enable_empty_final_response=True)
+    assert ended.wait(WAIT_S) and not errors, errors
+    client.stop_stream()
+    client.close()
+
+
+def test_response_stats_and_histograms_are_sums(server: ServerHandle) -> None:
+    requests = 16  # each on a connection of its own: the kernel spreads them over both
+    for _ in range(requests):
+        _stream_two_tokens(server.grpc_url)
+    for _ in range(6):
+        reader = _fresh_http(server.http_url)
+        (stats,) = reader.get_inference_statistics(STREAMING)["model_stats"]
+        reader.close()
+        by_index = {i: r["success"]["count"] for i, r in stats["response_stats"].items()}
+        assert by_index == {"0": requests, "1": requests, "2": 0}, stats["response_stats"]
+        assert stats["response_stats"]["2"]["empty_response"]["count"] == requests
+        first = "nv_inference_first_response_histogram_ms"
+        assert _metric(server, first, STREAMING, "_count") == requests
+    # The latency histograms (on by default) of the other model are sums too.
+    successes = _success_count(server.http_url)
+    family = "nv_inference_request_duration_histogram_us"
+    assert _metric(server, family, MODEL, "_count") == successes
 
 
 def _fresh_http(url: str) -> httpclient.InferenceServerClient:
@@ -335,11 +393,74 @@ def test_a_restarted_worker_serves_the_models_loaded_before(
     client.close()
     victim = _worker_pids(explicit_server)[1]
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + WAIT_S
-    while _worker_pids(explicit_server)[1] == victim and time.monotonic() < deadline:
-        time.sleep(0.05)
-    _wait_ready(url, True)
+    _wait_restarted(explicit_server, 1, victim)
     assert _served_by(url) == set(_worker_pids(explicit_server).values())
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} still there")
+
+
+def _wait_restarted(handle: ServerHandle, index: int, victim: int) -> None:
+    """Until worker ``index`` (``victim`` was its pid) runs again and the server is ready."""
+    deadline = time.monotonic() + WAIT_S
+    while _worker_pids(handle)[index] == victim and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _wait_ready(handle.http_url, True)
+
+
+_NEGATED_PY = _MODEL_PY.replace("[os.getpid()]", "[-os.getpid()]")  # a file: override
+_CONFIG_JSON = json.dumps(
+    {
+        "name": MODEL,
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": "DELAY_S", "data_type": "TYPE_FP32", "dims": [1]}],
+        "output": [{"name": "PID", "data_type": "TYPE_INT64", "dims": [1]}],
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+    }
+)
+
+
+def test_a_reload_while_a_worker_is_down_counts_from_the_reload_and_reaches_it(
+    explicit_server: ServerHandle,
+) -> None:
+    url = explicit_server.http_url
+    client = httpclient.InferenceServerClient(url)
+    client.load_model(MODEL)
+    client.update_trace_settings(MODEL, {"trace_rate": "3"})
+    pids = set(_worker_pids(explicit_server).values())
+    assert _served_by(url) == pids  # both have counts of this load
+    victim = _worker_pids(explicit_server)[1]
+    os.kill(victim, signal.SIGKILL)
+    _wait_gone(victim)  # a connection queued at its listener as it died would be reset
+    # While worker 1 is down (or starting), the model is unloaded and loaded again from
+    # other files, through whichever worker a connection reaches.
+    client.close()
+    client = httpclient.InferenceServerClient(url)
+    client.unload_model(MODEL)
+    client.load_model(MODEL, config=_CONFIG_JSON, files={"file:1/model.py": _NEGATED_PY.encode()})
+    client.close()
+    _wait_restarted(explicit_server, 1, victim)
+    pids = set(_worker_pids(explicit_server).values())
+    answers = _served_by(url)
+    # Both workers serve the override's code, the restarted one too.
+    assert answers == {-pid for pid in pids}, answers
+    # Only the requests since the reload count, whichever worker reads (the dead worker's
+    # counts of the earlier load are not added to this one).
+    for _ in range(6):
+        assert _success_count(url) == 24
+    for _ in range(6):
+        reader = _fresh_http(url)
+        assert reader.get_trace_settings(MODEL)["trace_rate"] == "3"
+        reader.close()
 
 
 def test_workers_of_a_killed_parent_stop(tmp_path: Path) -> None:

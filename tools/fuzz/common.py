@@ -12,8 +12,9 @@ import atexit
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import atheris
 import instrumentation
@@ -21,6 +22,8 @@ import instrumentation
 from pytriton_core import Server
 from pytriton_core.options import MemoryOptions
 from pytriton_core.service import InferenceService
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent
 CORPUS = ROOT / "corpus"
@@ -76,8 +79,20 @@ def serve() -> InferenceService:
     server = Server(model_repository=root, memory=MemoryOptions(allow_client_shm=True))
     server.start()  # its thread is a daemon: the process ends without stopping it
     service = server._service  # the real one, as the front ends hold it
-    service.register_system_shm("fuzzed", SHM_KEY, 0, SHM_SIZE)
+    completed(service.register_system_shm("fuzzed", SHM_KEY, 0, SHM_SIZE))
     return service
+
+
+def completed(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a service call that never waits in one process (the shared-memory
+    setters wait only for the other workers of --workers N), without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coroutine.close()
+    raise RuntimeError("the call waited: it needs the server's event loop")
 
 
 def check_http_infer(

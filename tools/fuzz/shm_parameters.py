@@ -15,7 +15,7 @@ SUBJECT = ("pytriton_core.memory", "pytriton_core.inference.tensor")
 
 with instrumentation.imports(SUBJECT):
     import numpy as np
-    from common import SHM_KEY, SHM_SIZE, fuzz, serve
+    from common import SHM_KEY, SHM_SIZE, completed, fuzz, serve
 
     from pytriton_core import types
     from pytriton_core.errors import ServerError
@@ -41,7 +41,7 @@ def test_one_input(data: bytes) -> None:
     key = SHM_KEY if provider.ConsumeBool() else "/" + provider.ConsumeUnicodeNoSurrogates(16)
     offset, size = _number(provider), _number(provider)
     try:
-        SERVICE.register_system_shm("probe", key, offset, size)
+        completed(SERVICE.register_system_shm("probe", key, offset, size))
     except ServerError:
         region = "fuzzed"  # the region registered over the whole object
     else:
@@ -72,7 +72,7 @@ def test_one_input(data: bytes) -> None:
             pass
     finally:
         try:
-            SERVICE.unregister_shm("system", "probe")
+            completed(SERVICE.unregister_shm("system", "probe"))
         except ServerError:
             pass
 

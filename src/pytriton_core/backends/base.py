@@ -43,10 +43,21 @@ class ServerCalls(Protocol):
         a ServerError when there is none."""
         ...
 
-    def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
+    def submit(
+        self,
+        request: InferenceRequest,
+        refused: Callable[[ServerError], None],
+        direct: bool = False,
+    ) -> None:
         """Send ``request`` to the model it names, through that model's scheduler. Its
         responses reach ``request.on_response`` on the server's loop; if the model cannot
-        take it, ``refused`` gets the error there instead."""
+        take it, ``refused`` gets the error there instead. ``direct``: the caller blocks
+        until the answer, so the model may execute it on the calling thread at once,
+        answering before this returns (runtime/model.py ``execute_direct``)."""
+        ...
+
+    def cancel(self, request: InferenceRequest) -> None:
+        """Cancel a request given to ``submit`` (its model sees ``is_cancelled()``)."""
         ...
 
     def is_model_ready(self, name: str, version: int) -> bool: ...

@@ -123,3 +123,31 @@ class MetricRegistry:
                 )
                 for f in self._families.values()
             ]
+
+    def merge(self, family: MetricFamilySnapshot, previous: MetricFamilySnapshot | None) -> None:
+        """Bring in what ``family`` (a snapshot of another registry, e.g. a Python model's
+        worker process) gained since ``previous``: counters and histograms add the
+        difference, so several processes' series sum up; a gauge takes the value it
+        changed to. MetricKindConflict: the family exists here with another kind."""
+        store = self.family(family.name, family.description, family.kind)
+        before = {} if previous is None else {s.labels: s for s in previous.samples}
+        with self.lock:
+            for sample in family.samples:
+                old = before.get(sample.labels)
+                series = store.series.get(sample.labels)
+                if series is None:
+                    series = store.series[sample.labels] = Series(sample.buckets)
+                if family.kind == MetricKind.GAUGE:
+                    if old is None or old.value != sample.value:
+                        series.value = sample.value
+                    continue
+                if series.bounds != sample.buckets:
+                    continue  # as in process: the series keeps the buckets it was made with
+                series.value += sample.value - (0.0 if old is None else old.value)
+                if family.kind == MetricKind.HISTOGRAM:
+                    series.count += sample.count - (0 if old is None else old.count)
+                    was = old.bucket_counts if old is not None else (0,) * len(series.counts)
+                    pairs = zip(sample.bucket_counts, was, strict=True)
+                    gained = [now - then for now, then in pairs]
+                    for i, cumulative in enumerate(gained):
+                        series.counts[i] += cumulative - (gained[i - 1] if i else 0)

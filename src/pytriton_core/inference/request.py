@@ -82,9 +82,13 @@ class InferenceRequest:
     # scheduler queues it again (iterative sequences) instead of completing it.
     reschedule: bool = False
     trace: RequestTrace | None = None  # set when tracing sampled this request
-    # Called on the loop with the execution's timing when the request has run: an
-    # ensemble sums its steps' compute times (Triton's secondary stats aggregator).
-    compute_observer: Callable[[ComputeTiming], None] | None = None
+    # Called on the loop with the execution's timing when the request has run (None: the
+    # execution failed): an ensemble sums its steps' compute times (Triton's secondary
+    # stats aggregator).
+    compute_observer: Callable[[ComputeTiming | None], None] | None = None
+    # True from when an instance starts executing the request until the loop has its
+    # outcome (``Model._batch_done``): a decoupled model's final response may come first.
+    executing: bool = False
     # Set by a front end that streams to a client who may read slowly (inference.flow).
     response_window: ResponseWindow | None = None
     # Set by the model (decoupled models' statistics per response).
@@ -196,7 +200,8 @@ class InferenceRequest:
         trace: RequestTrace, response: InferenceResponse | None, final: bool
     ) -> None:
         if response is not None:
-            trace.stamp("INFER_RESPONSE_COMPLETE")
+            if not trace.parent_id:  # a front end's stamp: a child trace has none
+                trace.stamp("INFER_RESPONSE_COMPLETE")
             for tensor in response.outputs:
                 trace.record_tensor(
                     "TENSOR_BACKEND_OUTPUT",
@@ -207,6 +212,8 @@ class InferenceRequest:
                 )
         if final:
             trace.stamp("REQUEST_END")
+            if trace.parent_id:  # no front end finishes a child trace (tracing.py)
+                trace.finish()
 
     def send_threadsafe(
         self,

@@ -305,6 +305,9 @@ class ModelStatistics:
         """The counters to report: these (a worker of ``--workers N`` sums its peers')."""
         return self
 
+    def release(self) -> None:
+        """The version is unloaded (a worker of ``--workers N`` frees its board entry)."""
+
     def record_execution(
         self, batch_size: int, timing: ComputeTiming, inferences: int | None = None
     ) -> None:
@@ -411,7 +414,8 @@ class ModelStatistics:
             self.first_response.observe((now_ns - arrival_ns) / 1e6)
 
 
-# Makes a loaded model version's counters: (name, version, metrics, histogram buckets).
+# Makes a loaded model version's counters: (model identifier, version, metrics, histogram
+# buckets); the identifier is ``namespace::name`` with --model-namespacing, else the name.
 StatisticsFactory = Callable[
     [str, int, MetricsOptions | None, Mapping[str, Sequence[float]] | None], ModelStatistics
 ]

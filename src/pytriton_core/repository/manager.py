@@ -674,7 +674,7 @@ class ModelManager:
         cfg.model_transaction_policy.decoupled = decoupled
         spec = ModelSpec.from_config(config, version)
         metrics = self._options.metrics if self._options.allow_metrics else None
-        stats = self._statistics(spec.name, version, metrics, spec.histogram_buckets)
+        stats = self._statistics(str(polled.model_id), version, metrics, spec.histogram_buckets)
         model = EnsembleModel(
             spec, config, polled.model_dir, self._loop, self.get, stats, self._services
         )

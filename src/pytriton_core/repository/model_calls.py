@@ -55,12 +55,28 @@ class InProcessCalls:
             return False
         return True
 
-    def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
+    def submit(
+        self,
+        request: InferenceRequest,
+        refused: Callable[[ServerError], None],
+        direct: bool = False,
+    ) -> None:
         if _on_loop(self._loop):
             # The caller would block the loop that has to run the request and bring its
             # answer back: a deadlock. Model code that calls models must run on instance
             # threads (or its model's own loop), never inline on the server's loop.
             raise InternalError(BLS_ON_LOOP)
+
+        if direct:
+            try:
+                # A call that can run at once runs here, on the caller's thread (see
+                # ``Model.execute_direct``); the manager's tables may be read from any thread.
+                model = self._manager.get(request.model_name, request.model_version)
+                if model.execute_direct(request):
+                    return
+            except ServerError as exc:
+                refused(exc)
+                return
 
         def submit_on_loop() -> None:
             try:
@@ -69,6 +85,9 @@ class InProcessCalls:
                 refused(exc)
 
         self._loop.call_soon_threadsafe(submit_on_loop)
+
+    def cancel(self, request: InferenceRequest) -> None:
+        request.cancel_threadsafe()
 
     def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
         self._require_explicit_mode()

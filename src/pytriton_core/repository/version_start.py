@@ -95,7 +95,7 @@ class VersionStarter:
         spec = ModelSpec.from_config(config, version)
         backend_model = backend.load_model(spec, location, config)
         metrics = self.options.metrics if self.options.allow_metrics else None
-        stats = self.statistics(spec.name, version, metrics, spec.histogram_buckets)
+        stats = self.statistics(str(polled.model_id), version, metrics, spec.histogram_buckets)
         model = Model(
             spec, config, polled.model_dir, backend_model, self.loop, stats, services=self.services
         )

@@ -16,6 +16,7 @@ Everything here runs on the server's event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -113,7 +114,12 @@ class EnsembleModel(Model):
             if response is not None and response.error is None:
                 response = self._apply_classification(request, response)
             if final:
-                self._complete(request, run, compute_start_ns)
+                if run.computed:
+                    self._complete(request, run, compute_start_ns)
+                else:  # counted once the steps still executing have their compute times
+                    run.on_computed = functools.partial(
+                        self._complete, request, run, compute_start_ns
+                    )
             request.deliver(response, final)
 
         run = EnsembleRun(self._plan, request, [t.spec for t in targets], submit_step, deliver)
@@ -153,10 +159,14 @@ class EnsembleModel(Model):
 
         call.request.on_response = released
         self._step_in_flight[index] += 1
+        if run.request.trace is not None:  # each step traced as a child, in issue order
+            call.request.trace = run.request.trace.child(call.step.model_name)
         try:
             target.submit(call.request)
         except ServerError as exc:
             self._step_in_flight[index] -= 1
+            if call.request.trace is not None:
+                call.request.trace.finish()  # refused: what it has is written
             if raising:
                 raise
             run.step_failed(call, exc)

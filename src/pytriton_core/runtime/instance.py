@@ -9,6 +9,12 @@ for the thread, where they batch), and the instance's last ``INLINE_AFTER`` exec
 took under ``INLINE_BUDGET_NS``;
 one execution over the budget sends the next ones back to the thread until that many
 short ones have run there again.
+
+A request may also run on the thread of a model that called it (BLS, ``execute_direct``
+in runtime/model.py). Whoever executes first ``claim``s the instance (its execution lock,
+taken without waiting by the loop and by callers): the worker thread takes it around every
+batch, so the backend instance never runs two batches at once and is finalized only after
+the last one, wherever it ran.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, MemoryUsage
+from pytriton_core.runtime.deferral import LoopDeferral, run_all
 from pytriton_core.runtime.warmup import WarmupSample, run_warmup
 from pytriton_core.scheduling.base import Retained, Scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
@@ -43,6 +50,8 @@ BatchDone = Callable[
     ],
     None,
 ]
+# What an execution gives ``BatchDone`` after its batch.
+BatchOutcome = tuple[Sequence[InferenceResponse | None] | ServerError, ComputeTiming, Retained]
 
 
 class ModelInstance:
@@ -64,10 +73,14 @@ class ModelInstance:
         index: int = 0,
         *,
         rate_limit: InstanceSlot | None = None,
+        deferral: LoopDeferral | None = None,
     ) -> None:
         """``index``: the instance's position among the model's (what the scheduler knows
         it by). ``rate_limit``: the instance's place in the server's rate limiter, which it
-        acquires before each execution (None: rate limiting is off)."""
+        acquires before each execution (None: rate limiting is off). ``deferral``: the
+        server's, which keeps the loop work of BLS calls a batch executed on this thread
+        until the batch's outcome goes to the loop (runtime/deferral.py)."""
+        self._deferral = deferral or LoopDeferral()
         self.spec = spec
         self._model_name = model_name
         self.index = index
@@ -82,6 +95,8 @@ class ModelInstance:
         self.memory_usage: tuple[MemoryUsage, ...] = ()  # set once the backend instance exists
         self._backend_instance: BackendInstance | None = None  # once warmed up
         self._short_streak = 0  # executions in a row under INLINE_BUDGET_NS
+        # Held while a batch executes, on whichever thread (see the module docstring).
+        self._executing = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"instance-{spec.name}", daemon=True)
 
     def start(self) -> None:
@@ -117,7 +132,8 @@ class ModelInstance:
         try:
             self._serve(backend_instance)
         finally:
-            self._finalize(backend_instance)
+            with self._executing:  # an execution elsewhere (a BLS caller's) ends first
+                self._finalize(backend_instance)
 
     def _finalize(self, backend_instance: BackendInstance) -> None:
         try:
@@ -127,18 +143,36 @@ class ModelInstance:
 
     @property
     def inline_ready(self) -> bool:
-        """Whether a lone request may run on the loop now (see the module's rule)."""
+        """Whether a lone request may run on the loop, its recent executions being short
+        (see the module's rule); it still needs a ``claim``."""
+        return self._short_streak >= INLINE_AFTER
+
+    def claim(self) -> bool:
+        """Take the instance for one execution on the calling thread, if it has started,
+        is not rate limited and is idle now (False: leave the request to the queue)."""
         return (
-            self._short_streak >= INLINE_AFTER
-            and self._backend_instance is not None
+            self._backend_instance is not None
             and self._rate_limit is None  # a rate-limited execution waits for its slot
+            and self._executing.acquire(blocking=False)
         )
+
+    def release(self) -> None:
+        """Give back a claim that executes nothing after all."""
+        self._executing.release()
 
     def execute_inline(self, batch: list[InferenceRequest]) -> None:
         """Execute ``batch`` on the calling thread (the event loop) and hand its outcome
-        to ``on_batch_done`` directly; only while the instance's thread is idle."""
+        to ``on_batch_done`` directly; the instance must be claimed (released here)."""
+        self._on_batch_done(batch, *self.execute_claimed(batch))
+
+    def execute_claimed(self, batch: list[InferenceRequest]) -> BatchOutcome:
+        """Execute ``batch`` on the calling thread and return its outcome; the instance
+        must be claimed (released here)."""
         assert self._backend_instance is not None
-        self._execute(self._backend_instance, batch, _call_now)
+        try:
+            return self._execute(self._backend_instance, batch)
+        finally:
+            self._executing.release()
 
     def _serve(self, backend_instance: BackendInstance) -> None:
         self._backend_instance = backend_instance
@@ -147,18 +181,30 @@ class ModelInstance:
         while (batch := scheduler.next_batch(self.index)) is not None:
             if rate_limit is not None:
                 rate_limit.acquire()  # the wait counts as queueing, as in Triton
-            self._execute(backend_instance, batch, self._schedule_on_loop)
+            with self._deferral.collect() as deferred, self._executing:
+                # (the lock waits while a claimed execution elsewhere finishes)
+                outcome = self._execute(backend_instance, batch)
+            if deferred:  # counted before this batch's responses leave
+                self._schedule_on_loop(self._deferred_then_done, deferred, batch, outcome)
+            else:
+                self._schedule_on_loop(self._on_batch_done, batch, *outcome)
             # Keep nothing of a finished batch while waiting for the next one: its inputs
             # can be large, or views that hold a client's shared-memory region mapped.
             del batch
 
-    def _execute(
+    def _deferred_then_done(
         self,
-        backend_instance: BackendInstance,
+        deferred: list[Callable[[], object]],
         batch: list[InferenceRequest],
-        deliver: Callable[..., object],
+        outcome: BatchOutcome,
     ) -> None:
-        """Run one batch and hand its outcome to ``on_batch_done`` through ``deliver``."""
+        run_all(deferred)
+        self._on_batch_done(batch, *outcome)
+
+    def _execute(
+        self, backend_instance: BackendInstance, batch: list[InferenceRequest]
+    ) -> BatchOutcome:
+        """Run one batch; its outcome is what ``on_batch_done`` takes after the batch."""
         timing = ComputeTiming(start_ns=time.monotonic_ns())
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
             log.debug(
@@ -168,6 +214,8 @@ class ModelInstance:
                 len(batch),
             )
         responses: Sequence[InferenceResponse | None] | ServerError
+        for request in batch:
+            request.executing = True
         try:
             responses = backend_instance.execute(batch, timing)
             if len(responses) != len(batch):
@@ -192,8 +240,4 @@ class ModelInstance:
             retained = {}
         if self._rate_limit is not None:  # after completed: requests it re-queued are work too
             self._rate_limit.release(more_work=self._scheduler.pending_count() > 0)
-        deliver(self._on_batch_done, batch, responses, timing, retained)
-
-
-def _call_now(function: Callable[..., object], *args: object) -> None:
-    function(*args)
+        return responses, timing, retained

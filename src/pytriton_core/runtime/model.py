@@ -3,6 +3,13 @@
 Requests enter through ``submit`` (on the event loop): they are validated, queued, taken
 by an instance's worker thread, and their responses come back to the loop in
 ``_batch_done``, which also keeps the statistics.
+
+A blocking BLS call from a default-mode model may instead run at once on the caller's
+thread (``execute_direct``) when this model's default scheduler has nothing queued and an
+instance is idle: no hand-off to the loop or to the instance's thread and back. Its response
+goes to the caller from there; its statistics are counted on the loop just before the
+outcome of the caller's batch (runtime/deferral.py), so they are in place before the
+caller's response is delivered.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from pytriton_core.runtime.validation import validate_request
 from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import Requeued, Retained, create_scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
+from pytriton_core.scheduling.response_order import ResponseOrder
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +113,13 @@ class Model:
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
-        # Requests in arrival order, when responses must leave in that order.
-        self._release_order: deque[InferenceRequest] | None = deque() if preserve else None
+        # Requests in arrival order, when responses must leave in that order: the final
+        # responses execute returns, or, for a decoupled model, every response it sends
+        # (held back by the requests' delivery gate until the earlier requests' finals).
+        self._release_order: deque[InferenceRequest] | None = (
+            deque() if preserve and not spec.decoupled else None
+        )
+        self._sent_order = ResponseOrder() if preserve and spec.decoupled else None
         self._held: dict[int, InferenceResponse] = {}
         self._labels = {
             output.name: classification.read_labels(
@@ -127,6 +140,16 @@ class Model:
         self._misses: dict[int, tuple[bytes, int]] = {}
         self._rate_limiter = services.rate_limiter
         self._rate_limit_slots: list[InstanceSlot] = []
+        self._deferral = services.deferral
+        # A BLS call may execute on its caller's thread (``execute_direct``) where the
+        # default scheduler would hand a lone request to the next idle instance and
+        # nothing about the response is kept or ordered here.
+        self._direct = (
+            self._scheduler.direct_execution
+            and not spec.decoupled
+            and self._cache is None
+            and self._release_order is None
+        )
 
     def start(self, instance_specs: Sequence[InstanceSpec]) -> None:
         """Create the instances (blocking: call from a worker thread, not the loop)."""
@@ -145,6 +168,7 @@ class Model:
                     model_name=self.name,
                     index=index,
                     rate_limit=self._register_rate_limit(instance_spec),
+                    deferral=self._deferral,
                 )
                 instance.start()
                 self._instances.append(instance)
@@ -202,7 +226,7 @@ class Model:
             and self._backend_model.loop_execution  # a Python model may turn it off
         ):
             instance = self._instances[0]
-            if instance.inline_ready:
+            if instance.inline_ready and instance.claim():
                 # Nothing queued or executing: the instance's thread is idle, and this
                 # request would be its next batch at once. Run it here, without the two
                 # thread wake-ups; its response is delivered before submit returns. With a
@@ -212,8 +236,7 @@ class Model:
                     self._inlined_this_turn = True
                     self._loop.call_soon(self._new_turn)
                 self._in_flight += 1
-                if self._release_order is not None:
-                    self._release_order.append(request)
+                self._keep_place(request)
                 instance.execute_inline([request])
                 return
         try:
@@ -231,9 +254,98 @@ class Model:
                 raise
             raise exc.with_request_id(request.id) from None
         self._in_flight += 1
-        if self._release_order is not None:
-            self._release_order.append(request)
+        self._keep_place(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
+
+    def execute_direct(self, request: InferenceRequest) -> bool:
+        """Run a BLS request on the calling thread (a model's, never the loop's) if it can
+        run at once (see the module docstring): True once it has executed and its final
+        response, if the model returned one, was delivered; False when it is left to
+        ``submit`` on the loop. Raises what ``submit`` would refuse it with."""
+        if not (
+            self._direct
+            and self._backend_model.loop_execution  # holds the GIL, waits on no server
+            and self._scheduler.accepting
+            and request.compute_observer is None
+            and not self._scheduler.pending_count()  # queued requests go first
+        ):
+            return False
+        instance = next((i for i in self._instances if i.claim()), None)
+        if instance is None:
+            return False
+        try:
+            self._admit(request)
+        except BaseException:
+            instance.release()
+            raise
+        responses, timing, retained = instance.execute_claimed([request])
+        request.executing = False
+        end_ns = time.monotonic_ns()
+        if request.trace is not None:
+            _trace_compute(request, timing)
+        schedule = functools.partial(self._deferral.defer, self._loop.call_soon_threadsafe)
+        if isinstance(responses, ServerError):
+            schedule(self._count_failed_execution, [request], responses, end_ns)
+            request.deliver(InferenceResponse.failed(responses), True)
+            return True
+        timing.end_ns = end_ns
+        kept = retained.get(0)
+        assert not isinstance(kept, Requeued)  # the default scheduler re-queues nothing
+        response = responses[0]
+        if kept is not None:
+            response = InferenceResponse.failed(kept)
+        schedule(
+            self._count_direct, request, timing, end_ns, kept is not None, response is not None
+        )
+        if response is None:  # answered through its response sender
+            return True
+        if response.error is None:
+            response = self._apply_classification(request, response)
+        request.deliver(response, True)
+        return True
+
+    def _count_direct(
+        self,
+        request: InferenceRequest,
+        timing: ComputeTiming,
+        end_ns: int,
+        refused: bool,
+        answered: bool,
+    ) -> None:
+        """The statistics of a request ``execute_direct`` ran (on the loop), as
+        ``_batch_done`` counts them (``answered``: not through its response sender)."""
+        stats = self.stats
+        stats.record_execution(request.batch_size, timing, request.batch_size)
+        self._count_success(request, timing, end_ns, refused)
+        if answered and stats.first_response is not None:
+            stats.record_first_response(request.arrival_ns, end_ns)
+
+    def _count_success(
+        self, request: InferenceRequest, timing: ComputeTiming, end_ns: int, refused: bool
+    ) -> None:
+        """A request's execution ended with an answer (``refused``: a reschedule that could
+        not be honoured, which fails it as well)."""
+        stats = self.stats
+        start_ns = request.queue_start_ns
+        stats.record_request_success(start_ns, start_ns, timing, end_ns)
+        if request.compute_observer is not None:
+            request.compute_observer(timing)
+        if refused:
+            stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
+
+    def _count_failed_execution(
+        self, batch: list[InferenceRequest], error: ServerError, end_ns: int
+    ) -> None:
+        """The execution itself failed: every request fails; Triton counts the execution
+        but no inferences for it."""
+        stats = self.stats
+        stats.execution_count += 1
+        reason = (
+            FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.BACKEND
+        )
+        for request in batch:
+            if not request.padding:
+                stats.record_request_failure(request.arrival_ns, end_ns, reason)
 
     def _admit(self, request: InferenceRequest) -> None:
         """Refuse a request the model cannot take now; start its queue time."""
@@ -373,23 +485,18 @@ class Model:
         stats = self.stats
         end_ns = time.monotonic_ns()
         for request in batch:
+            request.executing = False
             if request.trace is not None:
                 _trace_compute(request, timing)
         if isinstance(responses, ServerError):
-            # The execution itself failed: every request fails; Triton counts the execution
-            # but no inferences for it.
-            stats.execution_count += 1
-            reason = (
-                FailureReason.CANCELED
-                if responses.code is ErrorCode.CANCELLED
-                else FailureReason.BACKEND
-            )
+            self._count_failed_execution(batch, responses, end_ns)
             for request in batch:
                 if request.padding:
                     continue
+                if request.compute_observer is not None:
+                    request.compute_observer(None)
                 self._in_flight -= 1
                 self._forget_miss(request)
-                stats.record_request_failure(request.arrival_ns, end_ns, reason)
                 self._release(request, InferenceResponse.failed(responses))
             self._signal_if_drained()
             return
@@ -412,13 +519,9 @@ class Model:
                 start_ns = kept.queue_start_ns
                 stats.record_request_success(start_ns, start_ns, timing, end_ns)
                 continue  # queued again: not finished
-            start_ns = request.queue_start_ns
-            stats.record_request_success(start_ns, start_ns, timing, end_ns)
-            if request.compute_observer is not None:
-                request.compute_observer(timing)
+            # A reschedule that could not be honoured fails the request, as in Triton.
+            self._count_success(request, timing, end_ns, kept is not None)
             if kept is not None:
-                # A reschedule that could not be honoured: the request fails, as in Triton.
-                stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
                 response = InferenceResponse.failed(kept)
             self._in_flight -= 1
             if response is None:  # answered through its response sender
@@ -434,6 +537,15 @@ class Model:
                 response = self._apply_classification(request, response)
             self._release(request, response)
         self._signal_if_drained()
+
+    def _keep_place(self, request: InferenceRequest) -> None:
+        """With ``preserve_ordering``: ``request``'s place among the responses to come.
+        Taken once the request is accepted, before the loop can deliver any of its
+        responses; the dynamic batcher (one priority level) releases in this order."""
+        if self._release_order is not None:
+            self._release_order.append(request)
+        elif self._sent_order is not None:
+            self._sent_order.place([request])
 
     def _release(self, request: InferenceRequest, response: InferenceResponse) -> None:
         """Deliver a final response, after every earlier one when ordering is preserved."""
@@ -489,6 +601,7 @@ class Model:
         join_s = max(1.0, deadline - loop.time())
         await asyncio.to_thread(self._join_and_finalize, join_s)
         self.state = ModelState.UNAVAILABLE
+        self.stats.release()
 
     def stop_blocking(self) -> None:
         """Stop a model that never served (a load that failed after it started): the
@@ -496,6 +609,7 @@ class Model:
         self.state = ModelState.UNAVAILABLE
         self._scheduler.stop(len(self._instances))
         self._join_and_finalize()
+        self.stats.release()
 
     def _join_and_finalize(self, timeout_s: float | None = None) -> None:
         if self._rate_limiter is not None and self._rate_limit_slots:

@@ -65,6 +65,10 @@ class Scheduler(abc.ABC):
     # waits gains no batch mates, so the model runs each lone one inline, not only the
     # first of a loop turn.
     batches_requests: bool = True
+    # True when a request may skip the queue altogether and execute on its caller's thread
+    # while an instance is idle and nothing is queued (runtime/model.py,
+    # ``execute_direct``): the scheduler neither batches, orders nor times requests.
+    direct_execution: bool = False
     # False once the server is exiting (``stop_accepting``).
     accepting = True
     # Triton's dynamic batcher names the request in its enqueue errors; the sequence

@@ -16,6 +16,7 @@ Everything here runs on the server's event loop.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -189,6 +190,11 @@ class EnsembleRun:
         self.compute_input_ns = 0
         self.compute_infer_ns = 0
         self.compute_output_ns = 0
+        # Steps answered while their execution had not ended on the loop (a decoupled
+        # model's final response comes before its execute returns): their compute time is
+        # still to come. ``on_computed`` is called once none is left (``computed``).
+        self._uncomputed: set[int] = set()
+        self.on_computed: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ driving
 
@@ -223,6 +229,8 @@ class EnsembleRun:
         if final:
             self._in_flight -= 1
             self._active.pop(id(call), None)
+            if call.request.executing:
+                self._uncomputed.add(id(call))
         updated: list[tuple[str, int]] = []
         if response is not None:
             if response.error is not None:
@@ -245,11 +253,23 @@ class EnsembleRun:
         for call in list(self._active.values()):
             call.request.cancel()
 
-    def observe_compute(self, timing: ComputeTiming) -> None:
-        if not self.done:
+    @property
+    def computed(self) -> bool:
+        """Whether every answered step's compute time is in the sums."""
+        return not self._uncomputed
+
+    def observe_compute(self, call: StepCall, timing: ComputeTiming | None) -> None:
+        """A step's execution ended (None: it failed, with no compute time to add)."""
+        awaited = id(call) in self._uncomputed
+        if timing is not None and (awaited or not self.done):
             self.compute_input_ns += timing.input_end_ns - timing.start_ns
             self.compute_infer_ns += timing.infer_end_ns - timing.input_end_ns
             self.compute_output_ns += timing.end_ns - timing.infer_end_ns
+        if awaited:
+            self._uncomputed.discard(id(call))
+            if not self._uncomputed and self.on_computed is not None:
+                on_computed, self.on_computed = self.on_computed, None
+                on_computed()
 
     # ----------------------------------------------------------------- internals
 
@@ -326,7 +346,7 @@ class EnsembleRun:
         )
         call = StepCall(step, step_request, correlation_id, flags)
         step_request.on_response = lambda r, final: self.step_response(call, r, final)
-        step_request.compute_observer = self.observe_compute
+        step_request.compute_observer = functools.partial(self.observe_compute, call)
         return call
 
     def _publish(self, call: StepCall, response: InferenceResponse) -> list[tuple[str, int]]:

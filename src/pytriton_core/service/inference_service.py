@@ -26,6 +26,7 @@ from pytriton_core.errors import (
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.inference.tensor import Tensor
 from pytriton_core.inference.tensor_data import check_tensor_limits
 from pytriton_core.logging_settings import LogControl
@@ -65,8 +66,8 @@ def parse_version(text: str | None) -> int:
 
 
 class PeerReplication(Protocol):
-    """The other workers of ``--workers N``: a load or unload applied here is applied
-    there before the call returns."""
+    """The workers of ``--workers N``: a change made through this one is applied by every
+    worker (this one included) in one order before the call returns."""
 
     async def load(
         self, name: str, config: str | None, files: Mapping[str, bytes] | None
@@ -74,9 +75,9 @@ class PeerReplication(Protocol):
 
     async def unload(self, name: str, unload_dependents: bool) -> None: ...
 
-    def replay(self, method: str, args: Sequence[Any]) -> None:
-        """Call ``method(*args, replicate=False)`` of every other worker's service, and
-        wait for them."""
+    async def call(self, method: str, args: Sequence[Any]) -> Any:
+        """``method(*args, replicate=False)`` of every worker's service; returns this
+        worker's result."""
 
 
 class InferenceService:
@@ -251,17 +252,19 @@ class InferenceService:
         With ``--workers N`` every other worker loads it too before this returns (unless
         ``replicate`` is False: the call came from another worker)."""
         self._require_explicit_mode()
-        await self._manager.load(name, config, files)
         if replicate and self._peers is not None:
             await self._peers.load(name, config, files)
+        else:
+            await self._manager.load(name, config, files)
 
     async def unload_model(
         self, name: str, unload_dependents: bool = False, *, replicate: bool = True
     ) -> None:
         self._require_explicit_mode()
-        await self._manager.unload(name, unload_dependents)
         if replicate and self._peers is not None:
             await self._peers.unload(name, unload_dependents)
+        else:
+            await self._manager.unload(name, unload_dependents)
 
     def ready_model_configs(self) -> dict[str, str]:
         """Each ready model's config as JSON (its newest ready version's): what a worker
@@ -270,6 +273,10 @@ class InferenceService:
         for model in self._manager.all_ready():
             configs[model.name] = json_format.MessageToJson(model.config)
         return configs
+
+    def ready_model_statistics(self) -> dict[str, ModelStatistics]:
+        """Each ready model's counters (its newest ready version's)."""
+        return {model.name: model.stats for model in self._manager.all_ready()}
 
     # --------------------------------------------------------- statistics
 
@@ -303,7 +310,7 @@ class InferenceService:
         self.check_trace_model(model)
         return self._tracer.settings(model)
 
-    def update_trace_settings(
+    async def update_trace_settings(
         self,
         model: str | None,
         changes: Mapping[str, SettingChange],
@@ -312,10 +319,16 @@ class InferenceService:
     ) -> dict[str, list[str] | str]:
         """Apply ``changes`` (None clears a model's own value) and return the settings."""
         self.check_trace_model(model)
-        settings = self._tracer.update(model, changes)
-        if replicate:
-            self._replay("update_trace_settings", model, dict(changes))
-        return settings
+        if replicate and self._peers is not None:
+            settings: dict[str, list[str] | str] = await self._peers.call(
+                "update_trace_settings", (model, dict(changes))
+            )
+            return settings
+        return self._tracer.update(model, changes)
+
+    def trace_overrides(self) -> dict[str, dict[str, list[str] | str]]:
+        """The trace settings each model has of its own (not following the global ones)."""
+        return self._tracer.model_overrides()
 
     def check_trace_model(self, name: str | None) -> None:
         """Model-scoped trace settings need the model loaded (Triton's error otherwise)."""
@@ -325,25 +338,19 @@ class InferenceService:
             except ServerError:
                 raise InvalidArgumentError(f"Request for unknown model : {name}") from None
 
-    def _replay(self, method: str, *args: Any) -> None:
-        """A per-process setting changed here: the same change in every other worker of
-        ``--workers N`` before the call returns."""
-        if self._peers is not None:
-            self._peers.replay(method, args)
-
     # ---------------------------------------------------------- log settings
 
     def log_settings(self) -> dict[str, Any]:
         return self._log_control.settings.to_json()
 
-    def update_log_settings(
+    async def update_log_settings(
         self, changes: dict[str, Any], *, replicate: bool = True
     ) -> dict[str, Any]:
         """Apply already-validated values (``logging_settings.SETTABLE`` keys)."""
-        settings = self._log_control.update(changes).to_json()
-        if replicate:
-            self._replay("update_log_settings", changes)
-        return settings
+        if replicate and self._peers is not None:
+            settings: dict[str, Any] = await self._peers.call("update_log_settings", (changes,))
+            return settings
+        return self._log_control.update(changes).to_json()
 
     # ------------------------------------------------- shared-memory settings
 
@@ -361,16 +368,15 @@ class InferenceService:
 
     # A region registered through one worker of --workers N is registered in every worker
     # (each maps it), so requests through any of them can use it, and each lists it once.
-    def register_system_shm(
+    async def register_system_shm(
         self, region: str, key: str, offset: int, byte_size: int, *, replicate: bool = True
     ) -> None:
-        self._shared_memory.register_system(region, key, offset, byte_size)
-        if replicate:
-            self._replay_or_undo(
-                "register_system_shm", ("system", region), region, key, offset, byte_size
-            )
+        if replicate and self._peers is not None:
+            await self._peers.call("register_system_shm", (region, key, offset, byte_size))
+        else:
+            self._shared_memory.register_system(region, key, offset, byte_size)
 
-    def register_cuda_shm(
+    async def register_cuda_shm(
         self,
         region: str,
         raw_handle: bytes,
@@ -379,25 +385,20 @@ class InferenceService:
         *,
         replicate: bool = True,
     ) -> None:
-        self._shared_memory.register_cuda(region, raw_handle, device_id, byte_size)
-        if replicate:
-            self._replay_or_undo(
-                "register_cuda_shm", ("cuda", region), region, raw_handle, device_id, byte_size
-            )
+        if replicate and self._peers is not None:
+            args = (region, raw_handle, device_id, byte_size)
+            await self._peers.call("register_cuda_shm", args)
+        else:
+            self._shared_memory.register_cuda(region, raw_handle, device_id, byte_size)
 
-    def _replay_or_undo(self, method: str, registered: tuple[str, str], *args: Any) -> None:
-        """A registration the other workers refuse is not kept here either."""
-        try:
-            self._replay(method, *args)
-        except ServerError:
-            self._shared_memory.unregister(*registered)
-            raise
-
-    def unregister_shm(self, kind: str, region: str | None, *, replicate: bool = True) -> None:
+    async def unregister_shm(
+        self, kind: str, region: str | None, *, replicate: bool = True
+    ) -> None:
         """Forget one region of ``kind`` or, with no name, all of them."""
-        self._shared_memory.unregister(kind, region)
-        if replicate:
-            self._replay("unregister_shm", kind, region)
+        if replicate and self._peers is not None:
+            await self._peers.call("unregister_shm", (kind, region))
+        else:
+            self._shared_memory.unregister(kind, region)
 
     # ------------------------------------------ shared memory of one request
 

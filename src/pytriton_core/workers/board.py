@@ -8,7 +8,11 @@ written (a seqlock), and readers retry until they read an even, unchanged one.
 A slot holds the worker's state (starting, serving, draining), its pid, and one entry per
 loaded model version with that worker's statistics counters: the scalars of Triton's
 statistics extension, the failure reasons, and up to ``BATCH_SIZES`` distinct batch sizes.
-A reader sums the entries of every live worker; nobody scrapes anybody.
+Each entry names the load its counters count from (its *stamp*: the number the parent gave
+the load change, 0 for the models loaded at start), so that a dead worker's counters of an
+earlier load of the same model version are never added to a later one. A reader sums the
+entries of every worker, live or dead, with the same name, version and stamp; nobody
+scrapes anybody.
 """
 
 from __future__ import annotations
@@ -22,22 +26,37 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-SLOT_BYTES = 1 << 20  # per worker: the header and ENTRY_CAPACITY model-version entries
+SLOT_BYTES = 1 << 22  # per worker: the header and ENTRY_CAPACITY model-version entries
 NAME_BYTES = 256  # a model name, UTF-8, NUL-padded
 BATCH_SIZES = 32  # distinct batch sizes kept per model version and worker
+RESPONSE_INDEXES = 32  # response_stats of a decoupled model: its first response indexes
+HISTOGRAMS = 6  # the 5 latency histograms and the first-response histogram
+HISTOGRAM_BUCKETS = 32  # bounds of one histogram (the +Inf bucket comes on top)
 SCALARS = 23  # see ``SharedStatistics``: 8 durations (count, ns), 3 counts, 4 failures
 _HEADER = struct.Struct("<qqqq")  # sequence, state, pid, entry count
-_ENTRY_HEAD = struct.Struct(f"<q{NAME_BYTES}sqq")  # sequence, name, version, in use
+# After the header: sequence, then the worker's pinned pool: its size and the bytes in use
+_PINNED = struct.Struct("<qqq")
+_PINNED_AT = 40
+# sequence, name, version, in use, and the load the counters belong to (``claim_entry``)
+_ENTRY_HEAD = struct.Struct(f"<q{NAME_BYTES}sqqq")
 _SCALARS = struct.Struct(f"<{SCALARS}q")
 _BATCH = struct.Struct("<7q")  # batch size, then compute input/infer/output (count, ns)
-_BATCH_COUNT = struct.Struct("<q")
-ENTRY_BYTES = (
-    _ENTRY_HEAD.size + _SCALARS.size + _BATCH_COUNT.size + BATCH_SIZES * _BATCH.size + 40
-)  # padded to a multiple of 8
-ENTRY_CAPACITY = (SLOT_BYTES - 64) // ENTRY_BYTES
+_COUNT = struct.Struct("<q")
+# response index, then compute infer/output, success, fail, empty, cancel (count, ns)
+_RESPONSE = struct.Struct("<13q")
+# buckets in use (0: none), observations, sum, then the count of each bucket
+_HISTOGRAM = struct.Struct(f"<qqd{HISTOGRAM_BUCKETS + 1}q")
 _SCALARS_AT = _ENTRY_HEAD.size
 _BATCH_COUNT_AT = _SCALARS_AT + _SCALARS.size
-_BATCHES_AT = _BATCH_COUNT_AT + _BATCH_COUNT.size
+_BATCHES_AT = _BATCH_COUNT_AT + _COUNT.size
+_RESPONSE_COUNT_AT = _BATCHES_AT + BATCH_SIZES * _BATCH.size
+_RESPONSES_AT = _RESPONSE_COUNT_AT + _COUNT.size
+_HISTOGRAMS_AT = _RESPONSES_AT + RESPONSE_INDEXES * _RESPONSE.size
+ENTRY_BYTES = _HISTOGRAMS_AT + HISTOGRAMS * _HISTOGRAM.size + 40  # a multiple of 8
+ENTRY_CAPACITY = (SLOT_BYTES - 64) // ENTRY_BYTES
+
+# One histogram as the board keeps it: (buckets in use, observations, sum, bucket counts).
+HistogramCounts = tuple[int, int, float, tuple[int, ...]]
 
 
 class WorkerState(enum.IntEnum):
@@ -53,6 +72,8 @@ class EntryCounters:
 
     scalars: tuple[int, ...]
     batches: tuple[tuple[int, ...], ...]  # (batch size, 6 values) per batch size seen
+    responses: tuple[tuple[int, ...], ...] = ()  # (response index, 12 values) per index
+    histograms: tuple[HistogramCounts | None, ...] = ()  # HISTOGRAMS of them, None: unused
 
 
 class WorkerBoard:
@@ -95,6 +116,11 @@ class WorkerBoard:
 
     def slots(self) -> Iterator[WorkerSlot]:
         return (self.slot(i) for i in range(self.workers))
+
+    def pinned_totals(self) -> tuple[int, int]:
+        """The pinned pools of every worker that is not down: (size, bytes in use)."""
+        pools = [slot.pinned() for slot in self.slots() if slot.state() is not WorkerState.DOWN]
+        return sum(size for size, _ in pools), sum(used for _, used in pools)
 
     def all_serving(self) -> bool:
         return all(slot.state() is WorkerState.SERVING for slot in self.slots())
@@ -141,24 +167,46 @@ class WorkerSlot:
 
     def mark_down(self) -> None:
         """The parent, after this slot's worker died. Its counters stay: they are
-        requests it completed, and the worker started in its place continues them."""
+        requests it completed, and the worker started in its place continues them. Its
+        pinned memory went with it."""
         self.set_state(WorkerState.DOWN, 0)
+        self.set_pinned(0, 0)
+
+    def set_pinned(self, size: int, in_use: int) -> None:
+        """The worker's pinned pool (written from its loop only, or by the parent for a
+        dead worker)."""
+        at = self._base + _PINNED_AT
+        sequence = _PINNED.unpack_from(self._view, at)[0]
+        struct.pack_into("<q", self._view, at, sequence + 1)
+        _PINNED.pack_into(self._view, at, sequence + 1, size, in_use)
+        struct.pack_into("<q", self._view, at, sequence + 2)
+
+    def pinned(self) -> tuple[int, int]:
+        """(pool size, bytes in use) as the worker last wrote them."""
+        at = self._base + _PINNED_AT
+        while True:
+            sequence, size, in_use = _PINNED.unpack_from(self._view, at)
+            if sequence % 2 == 0 and struct.unpack_from("<q", self._view, at)[0] == sequence:
+                return size, in_use
 
     # --------------------------------------------------------------- entries
 
     def _entry_base(self, index: int) -> int:
         return self._base + 64 + index * ENTRY_BYTES
 
-    def claim_entry(self, name: str, version: int, inherit: bool) -> tuple[int, EntryCounters]:
+    def claim_entry(
+        self, name: str, version: int, stamp: int, inherit: bool
+    ) -> tuple[int, EntryCounters]:
         """The entry for a model version this worker loads, and the counters it starts
-        from: with ``inherit``, those of a predecessor in this slot (a worker that died
-        and was started again keeps counting where it stopped); otherwise zeros."""
+        from: with ``inherit``, those of a predecessor in this slot for the same load
+        (a worker that died and was started again keeps counting where it stopped);
+        otherwise zeros."""
         encoded = name.encode()
         if len(encoded) > NAME_BYTES:
             raise ValueError(f"model name longer than {NAME_BYTES} bytes: '{name}'")
         with self._lock:
             if inherit:
-                found = self._find(name, version)
+                found = self._find(name, version, stamp)
                 if found is not None:
                     return found
             state, pid, count = self._header()[1:]
@@ -168,16 +216,17 @@ class WorkerSlot:
             base = self._entry_base(index)
             sequence = _ENTRY_HEAD.unpack_from(self._view, base)[0] if index < count else 0
             self._view[base : base + ENTRY_BYTES] = bytes(ENTRY_BYTES)
-            _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, encoded, version, 1)
+            _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, encoded, version, 1, stamp)
             if index == count:
                 self._write_header(state, pid, count + 1)
             return index, EntryCounters((0,) * SCALARS, ())
 
     def release_entry(self, index: int) -> None:
+        """A model version this worker unloaded: its entry is free for another."""
         with self._lock:
             base = self._entry_base(index)
-            sequence, name, version, _ = _ENTRY_HEAD.unpack_from(self._view, base)
-            _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, name, version, 0)
+            sequence, name, version, _, stamp = _ENTRY_HEAD.unpack_from(self._view, base)
+            _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, name, version, 0, stamp)
 
     def _entry_in_use(self, index: int) -> bool:
         return bool(_ENTRY_HEAD.unpack_from(self._view, self._entry_base(index))[3])
@@ -198,33 +247,65 @@ class WorkerSlot:
 
     def write_batch(self, base: int, position: int, values: tuple[int, ...]) -> None:
         _BATCH.pack_into(self._view, base + _BATCHES_AT + position * _BATCH.size, *values)
-        count = _BATCH_COUNT.unpack_from(self._view, base + _BATCH_COUNT_AT)[0]
-        if position >= count:
-            _BATCH_COUNT.pack_into(self._view, base + _BATCH_COUNT_AT, position + 1)
+        self._grow(base + _BATCH_COUNT_AT, position)
 
-    def find(self, name: str, version: int) -> EntryCounters | None:
-        """This worker's counters for ``name`` ``version``; None when it has none."""
-        found = self._find(name, version)
+    def write_response(self, base: int, position: int, values: tuple[int, ...]) -> None:
+        at = base + _RESPONSES_AT + position * _RESPONSE.size
+        _RESPONSE.pack_into(self._view, at, *values)
+        self._grow(base + _RESPONSE_COUNT_AT, position)
+
+    def write_histogram(self, base: int, which: int, counts: HistogramCounts) -> None:
+        used, observations, total, buckets = counts
+        padded = (*buckets, *(0,) * (HISTOGRAM_BUCKETS + 1 - len(buckets)))
+        at = base + _HISTOGRAMS_AT + which * _HISTOGRAM.size
+        _HISTOGRAM.pack_into(self._view, at, used, observations, total, *padded)
+
+    def _grow(self, at: int, position: int) -> None:
+        if position >= _COUNT.unpack_from(self._view, at)[0]:
+            _COUNT.pack_into(self._view, at, position + 1)
+
+    def find(self, name: str, version: int, stamp: int) -> EntryCounters | None:
+        """This worker's counters for load ``stamp`` of ``name`` ``version``; None when it
+        has none."""
+        found = self._find(name, version, stamp)
         return None if found is None else found[1]
 
-    def _find(self, name: str, version: int) -> tuple[int, EntryCounters] | None:
+    def _find(self, name: str, version: int, stamp: int) -> tuple[int, EntryCounters] | None:
         encoded = name.encode().ljust(NAME_BYTES, b"\0")
         for index in range(self._header()[3]):
             base = self._entry_base(index)
             while True:
-                sequence, entry_name, entry_version, in_use = _ENTRY_HEAD.unpack_from(
-                    self._view, base
-                )
+                head = _ENTRY_HEAD.unpack_from(self._view, base)
+                sequence, entry_name, entry_version, in_use, entry_stamp = head
                 if sequence % 2:
                     continue
-                if not in_use or entry_name != encoded or entry_version != version:
+                if not in_use or (entry_name, entry_version, entry_stamp) != (
+                    encoded,
+                    version,
+                    stamp,
+                ):
                     break
-                scalars = _SCALARS.unpack_from(self._view, base + _SCALARS_AT)
-                count = _BATCH_COUNT.unpack_from(self._view, base + _BATCH_COUNT_AT)[0]
-                batches = tuple(
-                    _BATCH.unpack_from(self._view, base + _BATCHES_AT + i * _BATCH.size)
-                    for i in range(min(count, BATCH_SIZES))
-                )
+                counters = self._read_counters(base)
                 if struct.unpack_from("<q", self._view, base)[0] == sequence:
-                    return index, EntryCounters(scalars, batches)
+                    return index, counters
         return None
+
+    def _read_counters(self, base: int) -> EntryCounters:
+        view = self._view
+        scalars = _SCALARS.unpack_from(view, base + _SCALARS_AT)
+        count = min(_COUNT.unpack_from(view, base + _BATCH_COUNT_AT)[0], BATCH_SIZES)
+        batches = tuple(
+            _BATCH.unpack_from(view, base + _BATCHES_AT + i * _BATCH.size) for i in range(count)
+        )
+        count = min(_COUNT.unpack_from(view, base + _RESPONSE_COUNT_AT)[0], RESPONSE_INDEXES)
+        responses = tuple(
+            _RESPONSE.unpack_from(view, base + _RESPONSES_AT + i * _RESPONSE.size)
+            for i in range(count)
+        )
+        histograms: list[HistogramCounts | None] = []
+        for which in range(HISTOGRAMS):
+            used, observations, total, *buckets = _HISTOGRAM.unpack_from(
+                view, base + _HISTOGRAMS_AT + which * _HISTOGRAM.size
+            )
+            histograms.append((used, observations, total, tuple(buckets[:used])) if used else None)
+        return EntryCounters(scalars, batches, responses, tuple(histograms))

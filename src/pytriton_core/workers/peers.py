@@ -1,18 +1,26 @@
 """Model loads and unloads, log and trace settings and client shared-memory registrations
-applied to every worker of ``--workers N`` before the call returns.
+applied to every worker of ``--workers N`` before the call returns, in one order.
+
+The parent orders every change (``sequencer.py``). A worker that receives one from a
+client does not apply it itself: it sends it to the parent, which applies it to every
+worker that has joined (the sender included), one change at a time, and answers with each
+worker's answer; the sender answers its client with its own. So two changes of the same
+thing through two workers land in the same order everywhere, and no worker waits for
+another while the other waits for it.
 
 Each worker listens on a Unix socket in the board's private folder (0700, made by the
-parent). A worker that receives a load or unload from a client applies it, then sends it
-to every other serving worker over their sockets and waits for each answer; a worker
-applies what arrives on its socket without sending it on. One JSON object a line, each
-way: ``{"op": "load", "name", "config", "files": {name: base64}}`` or ``{"op":
-"unload", "name", "unload_dependents"}``; ``{"op": "call", "method", "args"}`` for the
-service's synchronous setters (log and trace settings, shared-memory registrations), which
-the calling worker sends with a blocking socket from its loop (they are rare, and their
-answers come back in milliseconds); or ``{"op": "state"}`` (what a worker started in a dead
-one's place asks a serving worker: its ready models and their configs, its log and trace
-settings and its system shared-memory regions). The answer is ``{"ok": true, ...}`` or
-``{"ok": false, "error": "..."}``.
+parent), for what the parent sends. One JSON object a line, each way: ``{"op": "load",
+"name", "config", "files": {name: base64}, "stamp"}``, ``{"op": "unload", "name",
+"unload_dependents"}``, ``{"op": "call", "method", "args"}`` for the service's setters
+(log and trace settings, shared-memory registrations) or ``{"op": "state"}`` (what a worker
+joining asks for, through the parent: the ready models with their configs and load stamps,
+the log settings, the global and per-model trace settings and the system shared-memory
+regions). The answer is ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "...",
+"code": "...", "message": "..."}``.
+
+A worker joins once its startup models are loaded, before its front ends listen: the
+parent, holding the order, hands it a joined worker's state, waits until it has applied
+it, and only then sends it the changes that follow. No change falls between.
 """
 
 from __future__ import annotations
@@ -21,23 +29,22 @@ import asyncio
 import base64
 import json
 import logging
-import socket
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytriton_core.errors import InternalError, ServerError
+from pytriton_core.errors import ErrorCode, InternalError, ServerError
+from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.logging_settings import SETTABLE
 from pytriton_core.options import LogFormat
-from pytriton_core.workers.board import WorkerBoard, WorkerState
+from pytriton_core.workers.board import WorkerBoard
+from pytriton_core.workers.shared_stats import SharedStatistics, SharedStatisticsFactory
 
 log = logging.getLogger(__name__)
 
-_LIMIT = 256 * 1024 * 1024  # a load may carry a model's files
-# A setter's replay waits this long for each worker: two workers replaying to each other at
-# the same moment both wait (each loop is blocked) and fail after it.
-_REPLAY_TIMEOUT_S = 10.0
-# The service's setters a worker replays on its peers (each takes replicate=False).
+LIMIT = 256 * 1024 * 1024  # a load may carry a model's files
+# The service's setters that are changes of every worker (each takes replicate=False).
 REPLAYED = frozenset(
     {
         "update_log_settings",
@@ -50,7 +57,7 @@ REPLAYED = frozenset(
 
 
 class RepositoryCalls(Protocol):
-    """What a worker's service does for its peers (``InferenceService``)."""
+    """What a worker's service does for the parent (``InferenceService``)."""
 
     async def load_model(
         self,
@@ -67,9 +74,13 @@ class RepositoryCalls(Protocol):
 
     def ready_model_configs(self) -> dict[str, str]: ...
 
+    def ready_model_statistics(self) -> dict[str, ModelStatistics]: ...
+
     def log_settings(self) -> dict[str, Any]: ...
 
     def trace_settings(self, model: str | None = None) -> dict[str, list[str] | str]: ...
+
+    def trace_overrides(self) -> dict[str, dict[str, list[str] | str]]: ...
 
     def shm_status(self, kind: str, region: str | None) -> list[dict[str, Any]]: ...
 
@@ -78,13 +89,37 @@ def socket_path(board: WorkerBoard, index: int) -> Path:
     return board.path.parent / f"worker-{index}.sock"
 
 
-class PeerLink:
-    """This worker's socket for its peers, and its calls to theirs."""
+def parent_socket_path(board: WorkerBoard) -> Path:
+    return board.path.parent / "parent.sock"
 
-    def __init__(self, board: WorkerBoard, index: int) -> None:
+
+def error_answer(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, ServerError):
+        return {
+            "ok": False,
+            "error": exc.status_text,
+            "code": exc.code.value,
+            "message": exc.message,
+        }
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def error_of(answer: Mapping[str, Any]) -> ServerError:
+    """The error a worker answered, as the class it raised."""
+    if "code" in answer:
+        return ServerError.from_code(ErrorCode(answer["code"]), str(answer["message"]))
+    return InternalError(str(answer.get("error", "no answer")))
+
+
+class PeerLink:
+    """This worker's socket for the parent, and its changes sent to the parent."""
+
+    def __init__(self, board: WorkerBoard, index: int, statistics: SharedStatisticsFactory) -> None:
         self._board = board
         self._index = index
+        self._statistics = statistics
         self._server: asyncio.AbstractServer | None = None
+        self._exchanges: set[asyncio.Task[dict[str, Any]]] = set()
 
     async def start(self, calls: RepositoryCalls) -> None:
         path = socket_path(self._board, self._index)
@@ -93,107 +128,170 @@ class PeerLink:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 while line := await reader.readline():
-                    answer = await _apply(calls, json.loads(line))
+                    answer = await self._apply(calls, json.loads(line))
                     writer.write(json.dumps(answer).encode() + b"\n")
                     await writer.drain()
             finally:
                 writer.close()
 
-        self._server = await asyncio.start_unix_server(serve, path, limit=_LIMIT)
+        self._server = await asyncio.start_unix_server(serve, path, limit=LIMIT)
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
             self._server = None
 
+    # ------------------------------------------------------------ changes
+
     async def load(self, name: str, config: str | None, files: Mapping[str, bytes] | None) -> None:
-        await self.replicate(load_message(name, config, files))
+        await self.change(load_message(name, config, files))
 
     async def unload(self, name: str, unload_dependents: bool) -> None:
-        await self.replicate(unload_message(name, unload_dependents))
+        await self.change(unload_message(name, unload_dependents))
 
-    def _serving_peers(self) -> list[int]:
-        return [
-            index
-            for index, slot in enumerate(self._board.slots())
-            if index != self._index and slot.state() is WorkerState.SERVING
-        ]
+    async def call(self, method: str, args: Sequence[Any]) -> Any:
+        """A setter of the service, on every worker in the parent's order; returns this
+        worker's result."""
+        return await self.change(
+            {"op": "call", "method": method, "args": [_encode(a) for a in args]}
+        )
 
-    async def replicate(self, message: dict[str, Any]) -> None:
-        """Send ``message`` to every other serving worker; raises naming those that failed."""
-        peers = self._serving_peers()
-        answers = await asyncio.gather(*(self._call(i, message) for i in peers))
-        _raise_failures(message, peers, answers)
+    async def change(self, message: dict[str, Any]) -> Any:
+        """``message`` applied by every joined worker; this worker's own failure is raised
+        as it was raised, the others' as one error naming them."""
+        reply = await self._ask_parent({"op": "change", "from": self._index, "message": message})
+        if not reply.get("ok"):
+            raise InternalError(f"the workers' parent refused the change: {reply.get('error')}")
+        answers: dict[str, dict[str, Any]] = reply["answers"]
+        own = answers.pop(str(self._index), None)
+        if own is None:
+            raise InternalError("this worker has not joined the others yet")
+        if not own.get("ok"):
+            raise error_of(own)
+        _raise_failures(message, answers)
+        return own.get("result")
 
-    def replay(self, method: str, args: Sequence[Any]) -> None:
-        """A synchronous setter, on every other serving worker, blocking until they answer."""
-        message = {"op": "call", "method": method, "args": [_encode(a) for a in args]}
-        peers = self._serving_peers()
-        answers = [self._call_blocking(i, message) for i in peers]
-        _raise_failures(message, peers, answers)
+    async def _ask_parent(self, message: dict[str, Any]) -> dict[str, Any]:
+        # On a task this link holds: the exchange's stream reader is held only by the
+        # coroutine that waits on it (its protocol keeps a weak reference), and the HTTP
+        # front end drives its handlers without tasks, so a garbage collection during a
+        # long load would otherwise close the waiting handler.
+        task = asyncio.get_running_loop().create_task(self._exchange_with_parent(message))
+        self._exchanges.add(task)
+        task.add_done_callback(self._exchanges.discard)
+        return await task
 
-    def _call_blocking(self, index: int, message: dict[str, Any]) -> dict[str, Any]:
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(_REPLAY_TIMEOUT_S)
-                sock.connect(str(socket_path(self._board, index)))
-                sock.sendall(json.dumps(message).encode() + b"\n")
-                with sock.makefile("rb") as answers:
-                    line = answers.readline()
-        except OSError as exc:
-            return {"ok": False, "error": f"no answer ({exc})"}
-        answer: dict[str, Any] = json.loads(line) if line else {"ok": False}
-        return answer
-
-    async def _call(self, index: int, message: dict[str, Any]) -> dict[str, Any]:
+    async def _exchange_with_parent(self, message: dict[str, Any]) -> dict[str, Any]:
         try:
             reader, writer = await asyncio.open_unix_connection(
-                socket_path(self._board, index), limit=_LIMIT
+                parent_socket_path(self._board), limit=LIMIT
             )
         except OSError as exc:
-            return {"ok": False, "error": f"unreachable ({exc})"}
+            raise InternalError(f"the workers' parent is unreachable ({exc})") from None
         try:
             writer.write(json.dumps(message).encode() + b"\n")
             await writer.drain()
             line = await reader.readline()
-            answer: dict[str, Any] = json.loads(line) if line else {"ok": False}
-            return answer
+        finally:
+            writer.close()
+        if not line:
+            raise InternalError("the workers' parent closed without an answer")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    # ------------------------------------------------------------ joining
+
+    async def join(self, calls: RepositoryCalls, explicit_models: bool) -> None:
+        """Join the workers that take every change: apply the state of one that has
+        joined (a worker started in a dead one's place), while the parent holds back
+        every change, then tell it so."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(
+                parent_socket_path(self._board), limit=LIMIT
+            )
+        except OSError as exc:
+            raise InternalError(f"the workers' parent is unreachable ({exc})") from None
+        try:
+            request = {"op": "join", "index": self._index, "pid": os.getpid()}
+            writer.write(json.dumps(request).encode() + b"\n")
+            await writer.drain()
+            line = await reader.readline()
+            if not line:
+                raise InternalError("the workers' parent closed without an answer")
+            reply = json.loads(line)
+            if reply.get("state") is not None:
+                await self._copy_state(calls, reply["state"], reply["loads"], explicit_models)
+            writer.write(b'{"op": "joined"}\n')
+            await writer.drain()
+            if not await reader.readline():
+                raise InternalError("the workers' parent closed without an answer")
         finally:
             writer.close()
 
-    async def copy_state_from_a_peer(self, calls: RepositoryCalls, explicit_models: bool) -> None:
-        """A worker started in a dead one's place: take a serving worker's log and trace
-        settings and system shared-memory regions and (``explicit_models``) load what it
-        has loaded, with the configs it has them loaded with."""
-        for index, slot in enumerate(self._board.slots()):
-            if index == self._index or slot.state() is not WorkerState.SERVING:
-                continue
-            answer = await self._call(index, {"op": "state"})
-            if not answer.get("ok"):
-                continue
-            if explicit_models:
-                configs: dict[str, str] = answer["models"]
-                mine = calls.ready_model_configs()
-                for name, config in configs.items():
-                    if name not in mine:
-                        await calls.load_model(name, config, replicate=False)
-                for name in set(mine) - set(configs):
-                    await calls.unload_model(name, replicate=False)
+    async def _copy_state(
+        self,
+        calls: RepositoryCalls,
+        state: dict[str, Any],
+        loads: dict[str, dict[str, Any]],
+        explicit_models: bool,
+    ) -> None:
+        """Serve what the other workers serve (``explicit_models``: load what they have
+        loaded, as they loaded it, files included, with their load stamps), with their
+        log and trace settings and system shared-memory regions."""
+        if explicit_models:
+            models: dict[str, dict[str, Any]] = state["models"]
+            mine = {name: _stamp(stats) for name, stats in calls.ready_model_statistics().items()}
+            self._statistics.stamps = {name: int(m["stamp"]) for name, m in models.items()}
             try:
-                _copy_settings(calls, answer)
-            except ServerError as exc:
-                log.warning(
-                    "could not take worker %d's settings and regions: %s", index, exc.status_text
-                )
-            return
+                for name, model in models.items():
+                    if mine.get(name) == model["stamp"]:
+                        continue  # loaded at start, as there
+                    if name in mine:
+                        # Loaded at start, but loaded again there since: unloaded first,
+                        # so that it starts again here even where its files are unchanged.
+                        await calls.unload_model(name, replicate=False)
+                    message = loads.get(name)
+                    if message is not None:
+                        await calls.load_model(
+                            name, message["config"], _files(message), replicate=False
+                        )
+                    else:
+                        await calls.load_model(name, model["config"], replicate=False)
+                for name in set(mine) - set(models):
+                    await calls.unload_model(name, replicate=False)
+            finally:
+                self._statistics.stamps = {}
+        try:
+            await _copy_settings(calls, state)
+        except ServerError as exc:
+            log.warning("could not take the other workers' settings: %s", exc.status_text)
+
+    # ----------------------------------------------------- what arrives here
+
+    async def _apply(self, calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, Any]:
+        handler = _HANDLERS.get(str(message.get("op")))
+        if handler is None:
+            return {"ok": False, "error": f"unknown operation {message.get('op')!r}"}
+        self._statistics.stamp = int(message.get("stamp", 0))
+        try:
+            return await handler(calls, message)
+        except ServerError as exc:
+            return error_answer(exc)
+        except Exception as exc:  # answered, so that the calling worker reports it
+            log.exception("replicated '%s' failed", message.get("op"))
+            return error_answer(exc)
+        finally:
+            self._statistics.stamp = 0
 
 
-def _raise_failures(
-    message: dict[str, Any], peers: Sequence[int], answers: Sequence[dict[str, Any]]
-) -> None:
+def _stamp(stats: ModelStatistics) -> int:
+    return stats.load_stamp if isinstance(stats, SharedStatistics) else 0
+
+
+def _raise_failures(message: dict[str, Any], answers: Mapping[str, dict[str, Any]]) -> None:
     failed = [
         f"worker {i}: {answer.get('error', 'no answer')}"
-        for i, answer in zip(peers, answers, strict=True)
+        for i, answer in sorted(answers.items())
         if not answer.get("ok")
     ]
     if failed:
@@ -222,12 +320,15 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def _files(message: dict[str, Any]) -> dict[str, bytes]:
+    return {key: base64.b64decode(value) for key, value in message.get("files", {}).items()}
+
+
 _Handler = Callable[[RepositoryCalls, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 async def _load(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, Any]:
-    files = {key: base64.b64decode(value) for key, value in message.get("files", {}).items()}
-    await calls.load_model(message["name"], message.get("config"), files, replicate=False)
+    await calls.load_model(message["name"], message.get("config"), _files(message), replicate=False)
     return {"ok": True}
 
 
@@ -239,12 +340,19 @@ async def _unload(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, 
 
 
 async def _state(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, Any]:
+    stats = calls.ready_model_statistics()
     return {
         "ok": True,
-        "models": calls.ready_model_configs(),
-        "log": calls.log_settings(),
-        "trace": calls.trace_settings(),
-        "system_shm": calls.shm_status("system", None),
+        "result": {
+            "models": {
+                name: {"config": config, "stamp": _stamp(stats[name])}
+                for name, config in calls.ready_model_configs().items()
+            },
+            "log": calls.log_settings(),
+            "trace": calls.trace_settings(),
+            "trace_models": calls.trace_overrides(),
+            "system_shm": calls.shm_status("system", None),
+        },
     }
 
 
@@ -252,24 +360,12 @@ async def _call(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, An
     method = str(message.get("method"))
     if method not in REPLAYED:
         return {"ok": False, "error": f"not a replayed method: {method!r}"}
-    getattr(calls, method)(*(_decode(a) for a in message["args"]), replicate=False)
-    return {"ok": True}
+    setter = getattr(calls, method)
+    result = await setter(*(_decode(a) for a in message["args"]), replicate=False)
+    return {"ok": True, "result": result}
 
 
 _HANDLERS: dict[str, _Handler] = {"load": _load, "unload": _unload, "state": _state, "call": _call}
-
-
-async def _apply(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, Any]:
-    handler = _HANDLERS.get(str(message.get("op")))
-    if handler is None:
-        return {"ok": False, "error": f"unknown operation {message.get('op')!r}"}
-    try:
-        return await handler(calls, message)
-    except ServerError as exc:
-        return {"ok": False, "error": exc.status_text}
-    except Exception as exc:  # answered, so that the calling worker reports it
-        log.exception("replicated '%s' failed", message.get("op"))
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def load_message(
@@ -287,17 +383,31 @@ def unload_message(name: str, unload_dependents: bool) -> dict[str, Any]:
     return {"op": "unload", "name": name, "unload_dependents": unload_dependents}
 
 
-def _copy_settings(calls: Any, state: dict[str, Any]) -> None:
-    """What a serving worker changed since start, on this new worker."""
+async def _copy_settings(calls: Any, state: dict[str, Any]) -> None:
+    """What the joined workers changed since start, on this new worker."""
     log_changes = {k: v for k, v in state["log"].items() if k in SETTABLE}
     if "log_format" in log_changes:
         log_changes["log_format"] = LogFormat(log_changes["log_format"])
-    calls.update_log_settings(log_changes, replicate=False)
-    trace = {
-        k: [v] if isinstance(v, str) else v for k, v in state["trace"].items() if k != "trace_file"
-    }
-    calls.update_trace_settings(None, trace, replicate=False)
+    await calls.update_log_settings(log_changes, replicate=False)
+    await calls.update_trace_settings(None, _trace_changes(state["trace"]), replicate=False)
+    for model, overrides in state["trace_models"].items():
+        try:
+            await calls.update_trace_settings(model, _trace_changes(overrides), replicate=False)
+        except ServerError as exc:  # a model this worker could not load
+            log.warning("could not take model '%s' trace settings: %s", model, exc.status_text)
     for region in state["system_shm"]:
-        calls.register_system_shm(
+        await calls.register_system_shm(
             region["name"], region["key"], region["offset"], region["byte_size"], replicate=False
         )
+    for registration in state.get("cuda_regions", ()):
+        args = [_decode(a) for a in registration["args"]]
+        try:
+            await calls.register_cuda_shm(*args, replicate=False)
+        except ServerError as exc:
+            log.warning("could not map CUDA region '%s': %s", args[0], exc.status_text)
+
+
+def _trace_changes(settings: Mapping[str, Any]) -> dict[str, list[str]]:
+    return {
+        k: [v] if isinstance(v, str) else list(v) for k, v in settings.items() if k != "trace_file"
+    }

@@ -3,7 +3,8 @@ listen on the same ports (SO_REUSEPORT), restarts one that dies, and drains them
 SIGINT/SIGTERM.
 
 The parent serves nothing itself and never starts an event loop, gRPC or a model: it
-only holds the board (``board.py``) that the workers share, and watches them.
+holds the board (``board.py``) that the workers share, orders the changes every worker
+applies (``sequencer.py``), and watches them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from pytriton_core.workers.board import WorkerBoard, WorkerState
+from pytriton_core.workers.sequencer import Sequencer
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 # it would only fail again (a model that cannot load, a port taken by another program).
 MAX_FAILED_STARTS = 3
 _POLL_S = 0.05
+_DYING_S = 2.0  # from a dying worker's closed sockets to its exit
 
 
 @dataclass(slots=True)
@@ -69,19 +72,35 @@ class Supervisor:
         cannot start (1)."""
         folder = board_folder()
         board = WorkerBoard.create(folder, self._count)
+        sequencer = Sequencer(board, self._alive)
+        sequencer.start()
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
         }
         try:
             for index in range(self._count):
                 self._spawn(board, index)
-            status = self._watch(board)
+            status = self._watch(board, sequencer)
             return self._drain() or status
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            sequencer.close()
             board.close()
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _alive(self, index: int, pid: int) -> bool:
+        """Whether worker ``index`` (process ``pid``) still runs, for the sequencer, which
+        lost its connection to it: a dying process closes its sockets a moment before it
+        exits, so that moment is waited for."""
+        worker = self._workers.get(index)
+        if worker is None or worker.process.pid != pid:
+            return False
+        try:
+            worker.process.wait(_DYING_S)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
 
     def _spawn(self, board: WorkerBoard, index: int) -> None:
         argv = list(self._command(index, board.path))
@@ -89,7 +108,7 @@ class Supervisor:
         self._workers[index] = _Worker(index, process)
         log.info("worker %d started (pid %d)", index, process.pid)
 
-    def _watch(self, board: WorkerBoard) -> int:
+    def _watch(self, board: WorkerBoard, sequencer: Sequencer) -> int:
         announced = False
         while not self._stopping:
             for worker in list(self._workers.values()):
@@ -101,6 +120,7 @@ class Supervisor:
                 if status is None:
                     continue
                 slot.mark_down()  # not ready; its counters stay
+                sequencer.leave(worker.index)
                 if self._stopping:
                     break
                 if not worker.served:

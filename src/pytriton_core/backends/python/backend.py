@@ -43,6 +43,7 @@ from pytriton_core.backends.python.process_env import ENV_PARAMETER, interpreter
 from pytriton_core.backends.python.process_instance import (
     MODE_PARAMETER,
     ProcessModel,
+    auto_complete_in_worker,
     process_mode,
 )
 from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
@@ -130,19 +131,24 @@ class PythonBackend(Backend):
         the model in-process whatever its config asks."""
         self._worker_process = worker_process
         # Which instances of this server's Python models wait on BLS answers (deadlocks).
-        self._waits = InstanceWaits()
+        # A worker process knows only its own instance: the server tracks them all.
+        self._waits = InstanceWaits(tracking=not worker_process)
 
     def auto_complete_config(self, config: Message, location: ModelLocation) -> None:
         cfg: Any = config
         path = _model_file(location, cfg.default_model_filename)
         if _asks_process_mode(cfg) and not self._worker_process:
             # Importing the model here would defeat the isolation (and its environment's
-            # packages are not the server's): its auto_complete_config is not called.
-            log.warning(
-                "model '%s' runs in process mode: its auto_complete_config (if any) is not "
-                "called; its config.pbtxt must be complete",
-                location.name,
-            )
+            # packages are not the server's): a process of the model's own runs the hook,
+            # as Triton's stub does; only when model.py names it (no process start else).
+            if path.is_file() and "auto_complete_config" in path.read_text(errors="replace"):
+                parameters = cfg.parameters
+                env = parameters[ENV_PARAMETER].string_value if ENV_PARAMETER in parameters else ""
+                interpreter = interpreter_for(env, location)
+                completed_json = auto_complete_in_worker(
+                    interpreter, json.dumps(config_to_json_dict(config)), location
+                )
+                config.CopyFrom(config_from_json(completed_json))
             return
         module, importer = _import_model_module(path, location)
         try:
@@ -170,7 +176,7 @@ class PythonBackend(Backend):
                 raise InternalError(f"Python model file not found in '{path}'")
             interpreter = interpreter_for(spec.parameters.get(ENV_PARAMETER, ""), location)
             model_config = json.dumps(config_to_json_dict(config))
-            return ProcessModel(spec, model_config, location, interpreter)
+            return ProcessModel(spec, model_config, location, interpreter, self._waits)
         module, importer = _import_model_module(path, location)
         try:
             return PythonModel(
@@ -270,7 +276,12 @@ class PythonInstance(BackendInstance):
         if location.server is not None:
             caller = Caller(self._key, spec.name)
             self._bridge = BlsBridge(
-                location.server, model.waits, caller, self._staging, on_call=model.server_called
+                location.server,
+                model.waits,
+                caller,
+                self._staging,
+                on_call=model.server_called,
+                direct_calls=not model.decoupled,
             )
         # Created in the instance's thread; an execution anywhere else runs on the loop.
         self._worker = threading.get_ident()
@@ -363,7 +374,7 @@ class PythonInstance(BackendInstance):
     ) -> Any:
         bridge = self._bridge
         if bridge is not None and threading.get_ident() != self._worker:
-            bridge = bridge.on_event_loop()  # it cannot wait for the loop it runs on
+            bridge = bridge.on_event_loop()  # on the loop or a BLS caller's thread
         with self._scope("execute", bridge):
             try:
                 result = self._python_model.execute(pb_requests)
@@ -491,6 +502,7 @@ class PythonInstance(BackendInstance):
             send_hook=send,
             is_cancelled=lambda: request.cancelled,
             decoupled=self._model.decoupled,
+            trace=request.trace,
         )
 
     def _from_pb_response(self, response: Any, request: InferenceRequest) -> InferenceResponse:

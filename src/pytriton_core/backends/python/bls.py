@@ -12,9 +12,10 @@ to a model none of whose instances can get free (say, a model calling itself fro
 instance).
 
 A model that calls the server never executes on the server's event loop (the loop would
-have to deliver the answer it waits for): the Python backend keeps such a model in its
-instance's thread (``PythonModel.loop_execution``), and a bridge made for an execution on
-the loop (``on_event_loop``) refuses every call, telling the model it moves to its thread.
+have to deliver the answer it waits for) nor on a BLS caller's thread (``execute_direct``
+in runtime/model.py): the Python backend keeps such a model in its instance's thread
+(``PythonModel.loop_execution``), and a bridge made for an execution elsewhere
+(``on_event_loop``) refuses every call, telling the model it moves to its thread.
 """
 
 from __future__ import annotations
@@ -41,14 +42,18 @@ class InstanceWaits:
     """Which Python-model instances wait on BLS answers, and from which models.
 
     One per server. A model none of whose instances is tracked here (any other backend)
-    always gets free: its instances never wait on BLS.
+    always gets free: its instances never wait on BLS. ``tracking=False`` (a process-mode
+    model's worker, which knows only its own instance) tracks nothing: the server does.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tracking: bool = True) -> None:
         self._lock = threading.Lock()
+        self._tracking = tracking
         self._instances: dict[ModelKey, dict[str, Counter[ModelKey]]] = {}
 
     def register(self, model: ModelKey, instance: str) -> None:
+        if not self._tracking:
+            return
         with self._lock:
             self._instances.setdefault(model, {})[instance] = Counter()
 
@@ -155,6 +160,9 @@ class BlsBridge:
 
     ``holds_instance``: whether the caller keeps its instance busy while it waits (false
     for a decoupled model's ``async def execute``, which runs in the background).
+    ``direct_calls``: a blocking ``exec`` may run its target on the calling thread (the
+    caller is a default-mode model, whose responses leave after its batch: see
+    runtime/deferral.py).
     ``on_call``: told of every call, before it is made; ``on_loop``: the execution runs on
     the server's event loop, so every call is refused.
     """
@@ -168,8 +176,10 @@ class BlsBridge:
         holds_instance: bool = True,
         on_call: Callable[[], None] | None = None,
         on_loop: bool = False,
+        direct_calls: bool = False,
     ) -> None:
         self._calls = calls
+        self._direct_calls = direct_calls
         self._waits = waits
         self._caller = caller
         self._staging = staging
@@ -194,8 +204,9 @@ class BlsBridge:
             self._on_call()
         if self._on_loop:
             raise InternalError(
-                f"model '{self._caller.model[0]}' called the server from an execution on "
-                "the server's event loop, which cannot wait for the answer; its executions "
+                f"model '{self._caller.model[0]}' called the server from an execution "
+                "outside its instance's thread (on the server's event loop, or on the "
+                "thread of a model calling it), which cannot wait for the answer; its executions "
                 "run in its instance's thread from now on (the model parameter "
                 'EXECUTE_ON_EVENT_LOOP: "no" keeps them there from the start)'
             )
@@ -203,7 +214,7 @@ class BlsBridge:
     # ---------------------------------------------------------------- inference
 
     def infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
-        answers, target = self._send(request, _Answers())
+        answers, target = self._send(request, _Answers(), direct=self._direct_calls)
         try:
             response = answers.next()
         finally:
@@ -237,6 +248,9 @@ class BlsBridge:
             self.end_wait(target)
         return _ResponseStream(self, answers, target, request)
 
+    def cancel(self, request: InferenceRequest) -> None:
+        self._calls.cancel(request)
+
     # ---------------------------------------------------------- model management
 
     def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
@@ -254,7 +268,11 @@ class BlsBridge:
     # ----------------------------------------------------------------- internals
 
     def _send(
-        self, request: pb_utils.InferenceRequest, answers: _Answers, decoupled: bool = False
+        self,
+        request: pb_utils.InferenceRequest,
+        answers: _Answers,
+        decoupled: bool = False,
+        direct: bool = False,
     ) -> tuple[_Answers, ModelKey]:
         """Submit the request, counting the caller as waiting on the target until
         ``_end_wait``; raises what makes ``exec`` answer with an error."""
@@ -290,15 +308,20 @@ class BlsBridge:
             flags=request.flags(),
             on_response=answers.respond,
         )
+        parent = request._trace._server
+        if parent is not None:  # the model passed a traced request's trace: a child trace
+            core.trace = parent.child(name)
         answers.request = core
 
         def refused(error: ServerError) -> None:
+            if core.trace is not None:
+                core.trace.finish()  # refused: what it has is written
             failure = ServerError.from_code(error.code, _failed(name, error.message))
             answers.respond(InferenceResponse.failed(failure), True)
 
         self.begin_wait(target, name)  # refuses a call that could never be answered
         try:
-            self._calls.submit(core, refused)
+            self._calls.submit(core, refused, direct)
         except BaseException:
             self.end_wait(target)
             raise
@@ -330,16 +353,7 @@ class BlsBridge:
             return
         caller = self._caller
         if not self._waits.begin(caller.model, caller.instance, target):
-            raise UnavailableError(
-                _failed(
-                    name,
-                    f"deadlock: instance '{caller.instance}' of model '{caller.model[0]}' "
-                    f"would wait forever, since no instance of model '{target[0]}' can get "
-                    "free to run this request (each one is waiting on BLS responses that "
-                    "depend on it). Give the model more instances or break the cycle of "
-                    "calls.",
-                )
-            )
+            raise deadlock_error(caller, target, name)
 
     def end_wait(self, target: ModelKey) -> None:
         if self._holds_instance:
@@ -382,7 +396,22 @@ class _ResponseStream:
         """Ask the called model to stop (``request.is_cancelled()`` turns true there)."""
         request = self._answers.request
         if request is not None:
-            request.cancel_threadsafe()
+            self._bridge.cancel(request)
+
+
+def deadlock_error(caller: Caller, target: ModelKey, name: str) -> UnavailableError:
+    """The refusal of a call ``InstanceWaits.begin`` found could never be answered."""
+    return UnavailableError(_failed(name, deadlock_detail(caller, target)))
+
+
+def deadlock_detail(caller: Caller, target: ModelKey) -> str:
+    return (
+        f"deadlock: instance '{caller.instance}' of model '{caller.model[0]}' "
+        f"would wait forever, since no instance of model '{target[0]}' can get "
+        "free to run this request (each one is waiting on BLS responses that "
+        "depend on it). Give the model more instances or break the cycle of "
+        "calls."
+    )
 
 
 def _failed(model: str, detail: str) -> str:

@@ -16,12 +16,14 @@ Server-facing hooks (private names; the backend and the server drive these, mode
   bfloat16, no ``as_numpy`` refusal); ``tensor._datatype_wire_name()`` its datatype.
 * ``InferenceRequest._from_server(*, request_id, correlation_id, inputs,
   requested_output_names, parameters, flags, timeout, send_hook=None, is_cancelled=None,
-  decoupled=True) -> InferenceRequest``. ``send_hook(response, final)`` receives each
-  response the model sends (``None`` for a flag-only FINAL); it is called under the
-  sender's lock, so in order, and must not block; if it raises, the model sees the
-  exception and the sender's state is unchanged. ``decoupled=False`` applies Triton's
-  default-mode rules (at most one response, no FINAL before it). After ``execute``,
-  ``request._release_flags`` holds what ``set_release_flags`` set (RELEASE_ALL by default).
+  decoupled=True, trace=None) -> InferenceRequest``; ``trace``: the server's trace of the
+  request (``request.trace()._server``), which a BLS request given it traces as a child.
+  ``send_hook(response, final)`` receives each response the model sends (``None`` for a
+  flag-only FINAL); it is called under the sender's lock, so in order, and must not block;
+  if it raises, the model sees the exception and the sender's state is unchanged.
+  ``decoupled=False`` applies Triton's default-mode rules (at most one response, no FINAL
+  before it). After ``execute``, ``request._release_flags`` holds what
+  ``set_release_flags`` set (RELEASE_ALL by default).
 * ``InferenceResponse._from_server(output_tensors, error=None, parameters=None)``: a response
   built by the server (BLS results) without validation; ``response._parameters`` is the
   parameter dict behind ``parameters()``.
@@ -170,12 +172,21 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """The request's trace; ``get_context()`` is the OpenTelemetry context, if any."""
+    """The request's trace; ``get_context()`` is the OpenTelemetry context, if any. A BLS
+    request given the trace of a traced request (``trace=request.trace()``) is traced as
+    its child, as in Triton; the server's trace object is ``_server`` (None: not traced)."""
 
-    __slots__ = ("_context",)
+    __slots__ = ("_context", "_server")
 
     def __init__(self) -> None:
         self._context: str | None = None
+        self._server: Any = None
+
+    @classmethod
+    def _of(cls, server_trace: Any) -> InferenceTrace:
+        trace = cls()
+        trace._server = server_trace
+        return trace
 
     def get_context(self) -> str | None:
         return self._context
@@ -469,6 +480,7 @@ class InferenceRequest:
         send_hook: SendHook | None = None,
         is_cancelled: Callable[[], bool] | None = None,
         decoupled: bool = True,
+        trace: Any = None,
     ) -> InferenceRequest:
         request = cls.__new__(cls)
         request._request_id = request_id
@@ -480,7 +492,7 @@ class InferenceRequest:
         request._flags = flags
         request._timeout = timeout
         request._preferred_memory = PreferredMemory._default()
-        request._trace = InferenceTrace()
+        request._trace = InferenceTrace._of(trace) if trace is not None else InferenceTrace()
         request._parameters = parameters
         request._send_hook = send_hook or _no_sender
         request._decoupled = decoupled

@@ -1,8 +1,10 @@
 """A Python model's own environment (``EXECUTION_ENV_PATH``), for process mode.
 
 The parameter names a folder holding ``bin/python`` (a virtual environment, or an unpacked
-conda-pack environment) or a conda-pack archive (``.tar.gz``), which is unpacked once into
-a cache keyed by the archive's hash and reused by later loads. ``$$TRITON_MODEL_DIRECTORY``
+conda-pack environment), a conda-pack archive (``.tar.gz``), which is unpacked once into
+a cache keyed by the archive's hash and reused by later loads, or a ``requirements.txt``,
+installed once (pip, from the server's environment) into a virtual environment of the
+server's Python, cached by the hash of the file and the interpreter. ``$$TRITON_MODEL_DIRECTORY``
 at its start stands for the model's folder, as in Triton.
 
 The worker runs the environment's interpreter with the environment's packages first on its
@@ -14,6 +16,7 @@ version (the server's compiled parts are imported in the worker).
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,10 +40,12 @@ def interpreter_for(value: str, location: ModelLocation) -> str:
         path = Path(value)
     if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
         path = _unpacked(path, location)
+    elif path.is_file() and path.name.endswith(".txt"):
+        path = _installed(path, location)
     elif not path.is_dir():
         raise ModelConfigError(
-            f"model '{location.name}': {ENV_PARAMETER} '{value}' is neither a folder nor a "
-            ".tar.gz archive"
+            f"model '{location.name}': {ENV_PARAMETER} '{value}' is neither a folder, a "
+            ".tar.gz archive nor a requirements .txt file"
         )
     for name in ("bin/python3", "bin/python"):
         if (path / name).exists():
@@ -54,14 +59,45 @@ def interpreter_for(value: str, location: ModelLocation) -> str:
     return python
 
 
+def _cache(location: ModelLocation) -> Path:
+    default = Path.home() / ".cache" / "pytriton-core" / "execution-envs"
+    return Path(location.setting(_CACHE_SETTING) or default)
+
+
+def _installed(requirements: Path, location: ModelLocation) -> Path:
+    """A virtual environment with ``requirements`` installed, built on first use."""
+    digest = hashlib.sha256(requirements.read_bytes())
+    digest.update(f"{sys.executable}\0{sys.version}".encode())
+    target = _cache(location) / f"requirements-{digest.hexdigest()}"
+    if (target / ".installed").exists():
+        return target
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(partial)], check=True)
+    python = partial / "bin" / "python"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-input",
+         "--disable-pip-version-check", "-r", str(requirements)],
+        capture_output=True, text=True, check=False, cwd=requirements.parent,
+    )  # fmt: skip
+    if install.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ModelConfigError(
+            f"model '{location.name}': installing {ENV_PARAMETER} '{requirements}' failed "
+            f"(pip needs to be in the server's environment): {install.stderr.strip()[-2000:]}"
+        )
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    (target / ".installed").touch()
+    return target
+
+
 def _unpacked(archive: Path, location: ModelLocation) -> Path:
     digest = hashlib.sha256()
     with archive.open("rb") as data:
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
-    default = Path.home() / ".cache" / "pytriton-core" / "execution-envs"
-    cache = Path(location.setting(_CACHE_SETTING) or default)
-    target = cache / digest.hexdigest()
+    target = _cache(location) / digest.hexdigest()
     if not (target / ".unpacked").exists():
         partial = target.with_name(target.name + ".partial")
         partial.mkdir(parents=True, exist_ok=True)

@@ -19,21 +19,33 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
+from pytriton_core.backends.custom_metrics import (
+    MetricFamilySnapshot,
+    MetricKindConflict,
+    MetricRegistry,
+)
+from pytriton_core.backends.python.bls import Caller, InstanceWaits
+from pytriton_core.backends.python.process_calls import ServedCalls
 from pytriton_core.backends.python.process_transport import (
     Arena,
     ChannelClosed,
-    TensorRef,
+    build_response,
     channel_pair,
     layout,
+    request_header,
+    take_tensors,
 )
 from pytriton_core.config import ModelSpec
 from pytriton_core.errors import InternalError, ModelConfigError, ServerError, UnavailableError
@@ -46,14 +58,67 @@ log = logging.getLogger(__name__)
 MODE_PARAMETER = "EXECUTION_MODE"
 TIMEOUT_PARAMETER = "PROCESS_EXECUTE_TIMEOUT_SECONDS"
 MEMORY_PARAMETER = "PROCESS_MEMORY_LIMIT_BYTES"
+HEARTBEAT_PARAMETER = "PROCESS_HEARTBEAT_TIMEOUT_SECONDS"
+_DEFAULT_HEARTBEAT_TIMEOUT_S = 1.0
 _START_TIMEOUT_S = 120.0
 _WATCH_INTERVAL_S = 0.05
 _MAX_BACKOFF_S = 5.0
 
 _BOOTSTRAP = (
-    "import sys, json; sys.path.extend(json.loads(sys.argv[2])); "
-    "from pytriton_core.backends.python.process_worker import main; main(int(sys.argv[1]))"
+    "import sys, json; sys.path.extend(json.loads(sys.argv[3])); "
+    "from pytriton_core.backends.python.process_worker import main; "
+    "main(int(sys.argv[1]), int(sys.argv[2]))"
 )
+
+
+_AUTO_COMPLETE_BOOTSTRAP = (
+    "import sys, json; sys.path.extend(json.loads(sys.argv[3])); "
+    "from pytriton_core.backends.python.process_worker import auto_complete; "
+    "auto_complete(sys.argv[1], sys.argv[2])"
+)
+
+
+def location_fields(location: ModelLocation) -> dict[str, Any]:
+    """What a worker process needs of the model's location (its ``_location``)."""
+    return {
+        "name": location.name,
+        "version": location.version,
+        "model_dir": str(location.model_dir),
+        "version_dir": str(location.version_dir),
+        "backend_config": dict(location.backend_config),
+    }
+
+
+def auto_complete_in_worker(interpreter: str, config_json: str, location: ModelLocation) -> str:
+    """The model's ``auto_complete_config`` run in a process of its own (with the model's
+    interpreter): the completed config's JSON, or the hook's error raised here."""
+    request = {"config": config_json, **location_fields(location)}
+    with tempfile.TemporaryDirectory(prefix="pytriton-auto-complete-") as folder:
+        asked, answer = Path(folder, "request.pickle"), Path(folder, "answer.pickle")
+        asked.write_bytes(pickle.dumps(request))
+        paths = json.dumps([p for p in sys.path if p])
+        try:
+            process = subprocess.run(
+                [interpreter, "-c", _AUTO_COMPLETE_BOOTSTRAP, str(asked), str(answer), paths],
+                env={**os.environ, "PYTHONNOUSERSITE": "1"},
+                timeout=_START_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise InternalError(
+                f"model '{location.name}': auto_complete_config did not finish within "
+                f"{_START_TIMEOUT_S:g} s"
+            ) from None
+        if not answer.is_file():
+            raise InternalError(
+                f"model '{location.name}': the process running its auto_complete_config "
+                f"exited ({_exit_text(process.returncode)})"
+            )
+        result = pickle.loads(answer.read_bytes())
+    if "error" in result:
+        raise ServerError.from_code(*result["error"])
+    completed: str = result["config"]
+    return completed
 
 
 def process_mode(spec: ModelSpec) -> bool:
@@ -89,8 +154,13 @@ class ProcessModel(BackendModel):
         model_config: str,
         location: ModelLocation,
         interpreter: str,
+        waits: InstanceWaits,
     ) -> None:
+        """``waits``: the server's record of Python-model instances waiting on BLS."""
         self.spec = spec
+        self.waits = waits
+        self.key = (location.name, location.version)
+        self.server = location.server
         self.decoupled = spec.decoupled
         self.state_outputs = spec.state_outputs
         self._model_config = model_config
@@ -98,6 +168,13 @@ class ProcessModel(BackendModel):
         self.interpreter = interpreter
         self.execute_timeout_s = _number(spec, TIMEOUT_PARAMETER)
         self.memory_limit = int(_number(spec, MEMORY_PARAMETER))
+        heartbeat = spec.parameters.get(HEARTBEAT_PARAMETER)
+        self.heartbeat_timeout_s = (
+            _DEFAULT_HEARTBEAT_TIMEOUT_S
+            if heartbeat is None
+            else _number(spec, HEARTBEAT_PARAMETER)
+        )
+        self.custom_metrics = location.custom_metrics
         self._instances: list[ProcessInstance] = []
         self._lock = threading.Lock()
 
@@ -106,14 +183,9 @@ class ProcessModel(BackendModel):
             return all(instance.up for instance in self._instances)
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
-        location = self._location
         init = {
             "config": self._model_config,
-            "name": location.name,
-            "version": location.version,
-            "model_dir": str(location.model_dir),
-            "version_dir": str(location.version_dir),
-            "backend_config": dict(location.backend_config),
+            **location_fields(self._location),
             "instance": {"name": spec.name, "kind": spec.kind, "device_id": spec.device_id},
         }
         instance = ProcessInstance(self, spec, init)
@@ -128,28 +200,45 @@ class ProcessModel(BackendModel):
 
 
 class _Worker:
-    """One worker process and what is in flight on it."""
+    """One worker process and what is in flight on it.
+
+    Two connections: ``channel`` carries batches and their answers only, between the
+    instance's thread and the worker's main thread, which each wait on it directly (no
+    other thread on a request's path); ``events`` carries the rest (responses sent from
+    model code, BLS, cancellations, heartbeats), read by a thread on each side, which also
+    sees the worker's death at once. Each direction of each connection has its own arena.
+    """
 
     def __init__(self, model: ProcessModel, name: str, init: Mapping[str, Any]) -> None:
         self.name = name
         self.channel, theirs = channel_pair()
+        self.events, their_events = channel_pair()
         self.inputs = Arena.create(0)
+        self.calls = ServedCalls(self.events, model.server, model.waits, Caller(model.key, name))
         paths = [p for p in sys.path if p]
+        fds = [theirs.fileno(), their_events.fileno()]
         self.process = subprocess.Popen(
-            [model.interpreter, "-c", _BOOTSTRAP, str(theirs.fileno()), json.dumps(paths)],
-            pass_fds=[theirs.fileno()],
+            [model.interpreter, "-c", _BOOTSTRAP, *map(str, fds), json.dumps(paths)],
+            pass_fds=fds,
             env={**os.environ, "PYTHONNOUSERSITE": "1"},
         )
         theirs.close()
-        self.outputs: Arena | None = None
+        their_events.close()
+        self.outputs: Arena | None = None  # the worker's answers to batches
+        self.event_outputs: Arena | None = None  # the tensors of its other messages
         self.lock = threading.Lock()
         self.in_flight: dict[int, InferenceRequest] = {}
-        self.done: dict[str, Any] | None = None
-        self.done_event = threading.Event()
+        self.death_text = ""  # what the requests of a dead worker are answered
         self.executing_since = 0.0
         self.death: str | None = None  # why it was killed, when the server killed it
+        self.last_heard = time.monotonic()
+        self.metrics = _MetricsMirror(model.custom_metrics, name)
         self.dead = threading.Event()
-        self.channel.send({**init, "arena_size": self.inputs.size}, [self.inputs.fd])
+        answers = self.calls.writer.arena
+        self.channel.send(
+            {**init, "arena_size": self.inputs.size, "answers_size": answers.size},
+            [self.inputs.fd, answers.fd],
+        )
 
     def handshake(self) -> None:
         message, fds = _recv_with_timeout(self, _START_TIMEOUT_S)
@@ -157,6 +246,8 @@ class _Worker:
             code, text = message["error"]
             raise ServerError.from_code(code, text)
         self.outputs = Arena(fds[0], message["arena_size"])
+        self.event_outputs = Arena(fds[1], message["events_arena_size"])
+        self.last_heard = time.monotonic()  # heartbeats start now
 
     def kill(self, reason: str) -> None:
         self.death = self.death or reason
@@ -166,10 +257,13 @@ class _Worker:
             pass
 
     def close(self) -> None:
+        self.calls.close()
         self.channel.close()
+        self.events.close()
         self.inputs.close()
-        if self.outputs is not None:
-            self.outputs.close()
+        for arena in (self.outputs, self.event_outputs):
+            if arena is not None:
+                arena.close()
 
 
 def _recv_with_timeout(worker: _Worker, timeout_s: float) -> tuple[Any, list[int]]:
@@ -209,6 +303,7 @@ class ProcessInstance(BackendInstance):
         self._closed = False
         self._next_key = 0
         self.up = False
+        model.waits.register(model.key, spec.name)
         self._worker = self._start_worker()  # the load fails if the first start fails
         self._watchdog = threading.Thread(
             target=self._watch, name=f"watchdog-{spec.name}", daemon=True
@@ -258,6 +353,7 @@ class ProcessInstance(BackendInstance):
             worker.kill("finalized")
         worker.dead.wait(10)
         self._model.forget(self)
+        self._model.waits.unregister(self._model.key, self._spec.name)
 
     def _watch(self) -> None:
         model = self._model
@@ -273,58 +369,44 @@ class ProcessInstance(BackendInstance):
                 and time.monotonic() - since > (model.execute_timeout_s)
             ):
                 worker.kill(f"execute ran past {TIMEOUT_PARAMETER}={model.execute_timeout_s:g}")
+            if (
+                model.heartbeat_timeout_s
+                and not since
+                and time.monotonic() - worker.last_heard > model.heartbeat_timeout_s
+            ):
+                worker.kill(
+                    f"it stopped answering (no heartbeat for {HEARTBEAT_PARAMETER}="
+                    f"{model.heartbeat_timeout_s:g} s while idle)"
+                )
             if model.memory_limit and _resident_bytes(worker.process.pid) > model.memory_limit:
                 worker.kill(f"its memory passed {MEMORY_PARAMETER}={model.memory_limit}")
 
     # ---------------------------------------------------------------- messages
 
     def _read(self, worker: _Worker) -> None:
+        """The worker's ``events`` connection, until it closes (the worker died)."""
         try:
             while True:
-                message, fds = worker.channel.recv()
+                message, fds = worker.events.recv()
+                assert worker.event_outputs is not None  # set by the handshake
                 if fds:
-                    assert worker.outputs is not None
-                    worker.outputs.close()
-                    worker.outputs = Arena(fds[0], max(os.fstat(fds[0]).st_size, 1))
-                responses = self._responses(worker, message)
-                if message["kind"] == "done":
-                    message["built"] = responses
-                    worker.done = message
-                    worker.done_event.set()
+                    worker.event_outputs = _regrown(worker.event_outputs, fds[0])
+                worker.last_heard = time.monotonic()
+                kind = message["kind"]
+                if "metrics" in message:
+                    worker.metrics.apply(message["metrics"])
+                if kind == "heartbeat":
+                    continue
+                if kind == "send":
+                    self._stream(worker, message, _responses(worker.event_outputs, message))
                 else:
-                    self._stream(worker, message, responses)
+                    tensors = (
+                        take_tensors(worker.event_outputs, message) if kind == "bls_submit" else []
+                    )
+                    worker.calls.handle(message, tensors)
         except ChannelClosed:
             pass
         self._died(worker)
-
-    def _responses(
-        self, worker: _Worker, message: dict[str, Any]
-    ) -> list[InferenceResponse | None]:
-        """The message's responses, their tensors copied out of the worker's arena."""
-        headers = message["responses"] if message["kind"] == "done" else [message["response"]]
-        refs: list[TensorRef] = message["outputs"]
-        arena = worker.outputs
-        assert arena is not None
-        tensors = [arena.read(ref, copy=True) for ref in refs]
-        arena.add_taken(message["span"])
-        built: list[InferenceResponse | None] = []
-        position = 0
-        for header in headers:
-            if header is None:
-                built.append(None)
-                continue
-            count = header["count"]
-            outputs = tensors[position : position + count]
-            position += count
-            error = header["error"]
-            built.append(
-                InferenceResponse(
-                    outputs=outputs,
-                    parameters=header["parameters"],
-                    error=None if error is None else ServerError.from_code(*error),
-                )
-            )
-        return built
 
     def _stream(
         self, worker: _Worker, message: dict[str, Any], responses: list[InferenceResponse | None]
@@ -351,10 +433,9 @@ class ProcessInstance(BackendInstance):
             worker.in_flight.clear()
         for request in stranded:
             request.send_threadsafe(InferenceResponse.failed(InternalError(text)), True)
-        worker.done = {"kind": "died", "text": text}
-        worker.done_event.set()
-        worker.close()
+        worker.death_text = text
         worker.dead.set()
+        worker.close()
         if not self._closed:
             threading.Thread(
                 target=self._restart, name=f"restart-{self._spec.name}", daemon=True
@@ -371,8 +452,6 @@ class ProcessInstance(BackendInstance):
                 f"model instance '{self._spec.name}': its worker process is restarting"
             )
         batch, fds = self._place(worker, requests)
-        worker.done_event.clear()
-        worker.done = None
         if self._model.decoupled:
             with worker.lock:
                 for item, request in zip(batch, requests, strict=True):
@@ -387,21 +466,25 @@ class ProcessInstance(BackendInstance):
             worker.channel.send(
                 {"kind": "execute", "batch": batch, "arena_size": worker.inputs.size}, fds
             )
+            timing.mark_input_done()
+            done, fds = worker.channel.recv()
         except ChannelClosed:
-            pass  # the reader reports the death below
-        timing.mark_input_done()
-        worker.done_event.wait()
-        worker.executing_since = 0.0
+            # The reader thread finds out why, answers the streams and restarts it.
+            worker.dead.wait(_START_TIMEOUT_S)
+            raise InternalError(worker.death_text or "the model's worker process died") from None
+        finally:
+            worker.executing_since = 0.0
         timing.mark_infer_done()
-        done = worker.done
-        assert done is not None
-        if done["kind"] == "died":
-            raise InternalError(done["text"])
+        assert worker.outputs is not None  # set by the handshake
+        if fds:
+            worker.outputs = _regrown(worker.outputs, fds[0])
+        worker.last_heard = time.monotonic()
+        worker.metrics.apply(done["metrics"])
+        built = _responses(worker.outputs, done)
         if done["failure"] is not None:
             raise ServerError.from_code(*done["failure"])
         for request, again in zip(requests, done["reschedule"], strict=True):
             request.reschedule = again
-        built: list[InferenceResponse | None] = done["built"]
         return built
 
     def _place(
@@ -423,28 +506,65 @@ class ProcessInstance(BackendInstance):
         batch = []
         for request in requests:
             self._next_key += 1
-            batch.append(
-                {
-                    "key": self._next_key,
-                    "model_name": request.model_name,
-                    "id": request.id,
-                    "inputs": [next(refs) for _ in request.inputs],
-                    "requested": None
-                    if request.requested_outputs is None
-                    else list(request.requested_outputs),
-                    "parameters": dict(request.parameters),
-                    "timeout_us": request.timeout_us,
-                    "correlation_id": request.correlation_id,
-                    "flags": request.flags,
-                }
-            )
+            header = request_header(request)
+            header["key"] = self._next_key
+            header["inputs"] = [next(refs) for _ in request.inputs]
+            batch.append(header)
         return batch, fds
+
+
+def _regrown(arena: Arena, fd: int) -> Arena:
+    """The worker's new, larger arena in place of ``arena``."""
+    arena.close()
+    return Arena(fd, max(os.fstat(fd).st_size, 1))
+
+
+def _responses(arena: Arena, message: dict[str, Any]) -> list[InferenceResponse | None]:
+    """A message's responses, their tensors copied out of the worker's arena."""
+    headers = message["responses"] if message["kind"] == "done" else [message["response"]]
+    tensors = take_tensors(arena, message)
+    built: list[InferenceResponse | None] = []
+    position = 0
+    for header in headers:
+        if header is None:
+            built.append(None)
+            continue
+        count = header["count"]
+        built.append(build_response(header, tensors[position : position + count]))
+        position += count
+    return built
+
+
+class _MetricsMirror:
+    """Brings one worker's custom metrics into the server's registry (``/metrics``)."""
+
+    def __init__(self, registry: MetricRegistry | None, instance: str) -> None:
+        self._registry = registry
+        self._instance = instance
+        self._lock = threading.Lock()  # batches' answers and heartbeats come on two threads
+        self._seen: dict[str, MetricFamilySnapshot] = {}  # what was merged, per family
+
+    def apply(self, families: list[MetricFamilySnapshot]) -> None:
+        if self._registry is None or not families:
+            return
+        with self._lock:
+            self._merge(families)
+
+    def _merge(self, families: list[MetricFamilySnapshot]) -> None:
+        assert self._registry is not None
+        for family in families:
+            try:
+                self._registry.merge(family, self._seen.get(family.name))
+            except MetricKindConflict as exc:
+                if family.name not in self._seen:
+                    log.warning("model instance '%s': %s", self._instance, exc)
+            self._seen[family.name] = family
 
 
 def _cancel_hook(worker: _Worker, key: int) -> Callable[[], None]:
     def cancel() -> None:
         try:
-            worker.channel.send({"kind": "cancel", "key": key})
+            worker.events.send({"kind": "cancel", "key": key})
         except ChannelClosed:
             pass
 

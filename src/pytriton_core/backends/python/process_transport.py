@@ -35,6 +35,9 @@ import numpy as np
 
 from pytriton_core import types
 from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serialize_bytes_tensor
+from pytriton_core.errors import ServerError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
 
 _LENGTH = struct.Struct("<Q")
@@ -97,6 +100,10 @@ class Channel:
         return b"".join(chunks)
 
     def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # a thread blocked on it wakes up
+        except OSError:
+            pass
         self._sock.close()
 
 
@@ -221,10 +228,18 @@ def layout(sizes: Sequence[int], start: int) -> tuple[list[int], int]:
 
 
 class ResponseWriter:
-    """The worker's side of its arena: places response tensors and grows the arena."""
+    """The writing side of an arena: places tensors, sends the message naming them, and
+    grows the arena.
 
-    def __init__(self, channel: Channel) -> None:
+    The worker's writer (``wait_for_reader``) waits, when the arena is full, until the
+    server has taken everything, then starts over. The server's writer (BLS answers to the
+    worker, sent from the server's event loop, which must never wait on a worker) grows
+    the arena instead; the worker gets the new one with the message that first uses it.
+    """
+
+    def __init__(self, channel: Channel, wait_for_reader: bool = True) -> None:
         self._channel = channel
+        self._wait_for_reader = wait_for_reader
         self._lock = threading.Lock()
         self.arena = Arena.create(MIN_ARENA_BYTES)
         self._position = HEADER_BYTES
@@ -240,7 +255,12 @@ class ResponseWriter:
             need = layout(sizes, 0)[1]
             offsets, end = layout(sizes, self._position)
             if end > self.arena.size:
-                self._wait_all_taken()
+                if self._wait_for_reader:
+                    self._wait_all_taken()
+                elif self._all_taken():
+                    self._position = HEADER_BYTES
+                else:
+                    need = max(need, self.arena.size)  # grows past the unread data
                 if HEADER_BYTES + need > self.arena.size:
                     self._grow(HEADER_BYTES + need)
                     fds = [self.arena.fd]
@@ -257,12 +277,13 @@ class ResponseWriter:
             message["span"] = span  # what the server adds to the taken count once read
             self._channel.send(message, fds)
 
+    def _all_taken(self) -> bool:
+        written, taken = self.arena.counters()
+        return taken >= written
+
     def _wait_all_taken(self) -> None:
         """Wait until the server has taken everything written, then start over."""
-        while True:
-            written, taken = self.arena.counters()
-            if taken >= written:
-                break
+        while not self._all_taken():
             time.sleep(0.0002)
         self._position = HEADER_BYTES
 
@@ -271,3 +292,65 @@ class ResponseWriter:
         self.arena = Arena.create(max(size, old.size * 2))
         _COUNTERS.pack_into(self.arena._map, 0, self._written, self._written)
         old.close()
+
+
+# ------------------------------------------------------------- requests and responses
+
+
+def request_header(request: InferenceRequest) -> dict[str, Any]:
+    """What a request is besides its tensors (``request_fields`` on the other side)."""
+    requested = request.requested_outputs
+    return {
+        "model_name": request.model_name,
+        "model_version": request.model_version,
+        "id": request.id,
+        "requested": None if requested is None else list(requested),
+        "parameters": dict(request.parameters),
+        "timeout_us": request.timeout_us,
+        "correlation_id": request.correlation_id,
+        "flags": request.flags,
+    }
+
+
+def request_fields(header: dict[str, Any], inputs: Sequence[Tensor]) -> dict[str, Any]:
+    """``InferenceRequest`` keyword arguments for a ``request_header`` and its inputs."""
+    requested = header["requested"]
+    return {
+        "model_name": header["model_name"],
+        "model_version": header["model_version"],
+        "id": header["id"],
+        "inputs": {tensor.name: tensor for tensor in inputs},
+        "requested_outputs": None
+        if requested is None
+        else {name: RequestedOutput(name) for name in requested},
+        "parameters": header["parameters"],
+        "timeout_us": header["timeout_us"],
+        "correlation_id": header["correlation_id"],
+        "flags": header["flags"],
+    }
+
+
+def response_header(response: InferenceResponse) -> dict[str, Any]:
+    """What a response is besides its tensors (``build_response`` on the other side)."""
+    error = response.error
+    return {
+        "error": None if error is None else (error.code, error.message),
+        "parameters": dict(response.parameters),
+        "count": len(response.outputs),
+    }
+
+
+def build_response(header: dict[str, Any], outputs: list[Tensor]) -> InferenceResponse:
+    error = header["error"]
+    return InferenceResponse(
+        outputs=outputs,
+        parameters=header["parameters"],
+        error=None if error is None else ServerError.from_code(*error),
+    )
+
+
+def take_tensors(arena: Arena, message: dict[str, Any]) -> list[Tensor]:
+    """Copy out the tensors ``message`` names and count their space as taken."""
+    tensors = [arena.read(ref, copy=True) for ref in message["outputs"]]
+    arena.add_taken(message["span"])
+    return tensors

@@ -8,8 +8,9 @@ through its own arena (``process_transport``). Started by the server as
 
 from __future__ import annotations
 
+import json
 import os
-import queue
+import pickle
 import socket
 import threading
 import time
@@ -19,21 +20,28 @@ from pathlib import Path
 from typing import Any
 
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
+from pytriton_core.backends.custom_metrics import MetricFamilySnapshot, MetricRegistry
 from pytriton_core.backends.python.backend import PythonBackend
+from pytriton_core.backends.python.process_calls import WorkerCalls
 from pytriton_core.backends.python.process_transport import (
     Arena,
     Channel,
     ChannelClosed,
     ResponseWriter,
+    request_fields,
+    response_header,
 )
-from pytriton_core.config import ModelSpec, config_from_json
+from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
 from pytriton_core.errors import InternalError, ServerError
-from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 
+# How often the worker tells the server it is alive (with its custom metrics' changes).
+HEARTBEAT_INTERVAL_S = 0.2
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, slots=True)  # slots, as its base: else the base's unset fields are missing
 class _WorkerRequest(InferenceRequest):
     """A request whose responses sent from model code go back to the server."""
 
@@ -55,15 +63,6 @@ class _WorkerRequest(InferenceRequest):
             self.live.pop(self.key, None)
 
 
-def response_header(response: InferenceResponse) -> dict[str, Any]:
-    error = response.error
-    return {
-        "error": None if error is None else (error.code, error.message),
-        "parameters": dict(response.parameters),
-        "count": len(response.outputs),
-    }
-
-
 def _error_of(exc: BaseException) -> tuple[Any, str]:
     if isinstance(exc, ServerError):
         return exc.code, exc.message
@@ -71,57 +70,87 @@ def _error_of(exc: BaseException) -> tuple[Any, str]:
 
 
 class _Worker:
-    def __init__(self, channel: Channel) -> None:
+    """``channel``: batches in, their answers out, on the main thread only; ``events``:
+    the rest (``process_instance._Worker`` says why), read by a thread of its own."""
+
+    def __init__(self, channel: Channel, events: Channel) -> None:
         self._channel = channel
-        self._writer = ResponseWriter(channel)
-        self._work: queue.SimpleQueue[tuple[dict[str, Any], list[int]] | None] = queue.SimpleQueue()
+        self._events = events
+        self._writer = ResponseWriter(channel)  # the batches' answers
+        self._event_writer = ResponseWriter(events)  # responses sent by model code, BLS
         self._live: dict[int, _WorkerRequest] = {}
+        # The model's custom metrics; the server adds their changes to its own registry.
+        self._metrics = MetricRegistry()
+        self._metrics_lock = threading.Lock()
+        self._metrics_sent: dict[str, MetricFamilySnapshot] = {}
 
     def run(self) -> None:
         init, fds = self._channel.recv()
         self._inputs = Arena(fds[0], init["arena_size"])
+        answers = Arena(fds[1], init["answers_size"])
+        self._calls = WorkerCalls(self._events, self._event_writer, answers)
         try:
             instance = self._create(init)
         except BaseException as exc:  # the load fails with the model's own words
             self._channel.send({"kind": "failed", "error": _error_of(exc)})
             return
-        self._channel.send(
-            {"kind": "ready", "arena_size": self._writer.arena.size}, [self._writer.arena.fd]
-        )
+        ready = {
+            "kind": "ready",
+            "arena_size": self._writer.arena.size,
+            "events_arena_size": self._event_writer.arena.size,
+        }
+        self._channel.send(ready, [self._writer.arena.fd, self._event_writer.arena.fd])
         threading.Thread(target=self._read, name="worker-reader", daemon=True).start()
-        while (item := self._work.get()) is not None:
-            message, fds = item
+        threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True).start()
+        while True:
+            try:
+                message, fds = self._channel.recv()
+            except ChannelClosed:
+                os._exit(0)  # the server is gone: nothing to answer to
+            if message["kind"] == "stop":
+                break
             self._execute(instance, message, fds)
         instance.finalize()
 
     def _create(self, init: dict[str, Any]) -> Any:
         config = config_from_json(init["config"])
         spec = ModelSpec.from_config(config, init["version"])
-        location = ModelLocation(
-            name=init["name"],
-            version=init["version"],
-            model_dir=Path(init["model_dir"]),
-            version_dir=Path(init["version_dir"]),
-            backend_config=init["backend_config"],
-        )
+        location = _location(init, server=self._calls, custom_metrics=self._metrics)
         model = PythonBackend(worker_process=True).load_model(spec, location, config)
         self._decoupled = spec.decoupled
         return model.create_instance(InstanceSpec(**init["instance"]))
 
+    def _metric_changes(self) -> list[MetricFamilySnapshot]:
+        """The custom metric families that changed since last sent."""
+        with self._metrics_lock:
+            changed = [
+                family
+                for family in self._metrics.snapshot()
+                if self._metrics_sent.get(family.name) != family
+            ]
+            for family in changed:
+                self._metrics_sent[family.name] = family
+        return changed
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_INTERVAL_S)
+            try:
+                self._events.send({"kind": "heartbeat", "metrics": self._metric_changes()})
+            except ChannelClosed:
+                return
+
     def _read(self) -> None:
-        """Control messages: batches go to the main thread; cancellations are applied here."""
+        """The ``events`` connection: cancellations, and the answers to BLS calls."""
         try:
             while True:
-                message, fds = self._channel.recv()
-                if message["kind"] == "execute":
-                    self._work.put((message, fds))
-                elif message["kind"] == "cancel":
+                message, fds = self._events.recv()
+                if self._calls.dispatch(message, fds):
+                    continue
+                if message["kind"] == "cancel":
                     request = self._live.get(message["key"])
                     if request is not None:
                         request.cancel()
-                elif message["kind"] == "stop":
-                    self._work.put(None)
-                    return
         except ChannelClosed:
             os._exit(0)  # the server is gone: nothing to answer to
 
@@ -132,20 +161,11 @@ class _Worker:
         copy = self._decoupled  # a decoupled model may read its inputs after execute
         requests = []
         for item in message["batch"]:
-            requested = item["requested"]
+            inputs = [self._inputs.read(ref, copy) for ref in item["inputs"]]
             request = _WorkerRequest(
-                model_name=item["model_name"],
-                id=item["id"],
-                inputs={ref.name: self._inputs.read(ref, copy) for ref in item["inputs"]},
-                requested_outputs=None
-                if requested is None
-                else {n: RequestedOutput(n) for n in requested},
-                parameters=item["parameters"],
-                timeout_us=item["timeout_us"],
-                correlation_id=item["correlation_id"],
-                flags=item["flags"],
+                **request_fields(item, inputs),
                 key=item["key"],
-                writer=self._writer,
+                writer=self._event_writer,
                 live=self._live if self._decoupled else None,
             )
             self._live[request.key] = request
@@ -165,12 +185,40 @@ class _Worker:
             if not isinstance(exc, ServerError):
                 traceback.print_exc()
         done["reschedule"] = [r.reschedule for r in requests]
+        done["metrics"] = self._metric_changes()  # counted before the responses are seen
         for request in requests:
             if not self._decoupled:
                 self._live.pop(request.key, None)
         self._writer.send(done, outputs)
 
 
-def main(fd: int) -> None:
+def _location(fields: dict[str, Any], **extra: Any) -> ModelLocation:
+    """The model's location from what the server sent (``location_fields``)."""
+    return ModelLocation(
+        name=fields["name"],
+        version=fields["version"],
+        model_dir=Path(fields["model_dir"]),
+        version_dir=Path(fields["version_dir"]),
+        backend_config=fields["backend_config"],
+        **extra,
+    )
+
+
+def auto_complete(asked: str, answer: str) -> None:
+    """Run the model's ``auto_complete_config`` on the config in ``asked`` and write the
+    completed config (or the error) to ``answer`` (``auto_complete_in_worker``)."""
+    request = pickle.loads(Path(asked).read_bytes())
+    location = _location(request)
+    result: dict[str, Any]
+    try:
+        config = config_from_json(request["config"])
+        PythonBackend(worker_process=True).auto_complete_config(config, location)
+        result = {"config": json.dumps(config_to_json_dict(config))}
+    except BaseException as exc:  # the load fails with the hook's own words
+        result = {"error": _error_of(exc)}
+    Path(answer).write_bytes(pickle.dumps(result))
+
+
+def main(fd: int, events_fd: int) -> None:
     channel = Channel(socket.socket(fileno=fd))
-    _Worker(channel).run()
+    _Worker(channel, Channel(socket.socket(fileno=events_fd))).run()

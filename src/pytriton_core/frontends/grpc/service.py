@@ -190,10 +190,10 @@ class GrpcInferenceService(SharedMemoryRpcs):
     # ------------------------------------------------- logging and trace
 
     async def log_settings(self, request: Any) -> Any:
-        return log_settings(self._service, request)
+        return await log_settings(self._service, request)
 
     async def trace_setting(self, request: Any) -> Any:
-        return trace_setting(self._service, request)
+        return await trace_setting(self._service, request)
 
     # ----------------------------------------------------- model repository
 

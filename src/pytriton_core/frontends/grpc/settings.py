@@ -22,9 +22,9 @@ _LOG_FIELDS: dict[type, str] = {
 }
 
 
-def log_settings(service: InferenceService, request: Any) -> Any:
+async def log_settings(service: InferenceService, request: Any) -> Any:
     if request.settings:
-        settings = service.update_log_settings(_log_changes(request.settings))
+        settings = await service.update_log_settings(_log_changes(request.settings))
     else:
         settings = service.log_settings()
     response: Any = proto.inference("LogSettingsResponse")()
@@ -62,13 +62,13 @@ def _log_changes(settings: Any) -> dict[str, Any]:
     return changes
 
 
-def trace_setting(service: InferenceService, request: Any) -> Any:
+async def trace_setting(service: InferenceService, request: Any) -> Any:
     model = request.model_name or None
     if request.settings:
         changes: dict[str, SettingChange] = {
             key: list(entry.value) or None for key, entry in request.settings.items()
         }
-        answer = service.update_trace_settings(model, changes)
+        answer = await service.update_trace_settings(model, changes)
     else:
         answer = service.trace_settings(model)
     response: Any = proto.inference("TraceSettingResponse")()

@@ -33,13 +33,13 @@ class SharedMemoryRpcs:
         return response
 
     async def system_shared_memory_register(self, request: Any) -> Any:
-        self._service.register_system_shm(
+        await self._service.register_system_shm(
             request.name, request.key, request.offset, request.byte_size
         )
         return _message("SystemSharedMemoryRegisterResponse")()
 
     async def system_shared_memory_unregister(self, request: Any) -> Any:
-        self._service.unregister_shm("system", request.name)
+        await self._service.unregister_shm("system", request.name)
         return _message("SystemSharedMemoryUnregisterResponse")()
 
     async def cuda_shared_memory_status(self, request: Any) -> Any:
@@ -49,11 +49,11 @@ class SharedMemoryRpcs:
         return response
 
     async def cuda_shared_memory_register(self, request: Any) -> Any:
-        self._service.register_cuda_shm(
+        await self._service.register_cuda_shm(
             request.name, request.raw_handle, request.device_id, request.byte_size
         )
         return _message("CudaSharedMemoryRegisterResponse")()
 
     async def cuda_shared_memory_unregister(self, request: Any) -> Any:
-        self._service.unregister_shm("cuda", request.name)
+        await self._service.unregister_shm("cuda", request.name)
         return _message("CudaSharedMemoryUnregisterResponse")()

@@ -25,7 +25,7 @@ def add_settings_routes(router: Router, service: InferenceService) -> None:
 
     async def post_logging(request: Request, match: RouteMatch) -> HttpResponse:
         changes = log_changes_from_json(_json_document(request, service.options.limits))
-        return json_response(service.update_log_settings(changes))
+        return json_response(await service.update_log_settings(changes))
 
     async def get_trace(request: Request, match: RouteMatch) -> HttpResponse:
         return json_response(service.trace_settings(match.get("model")))
@@ -35,7 +35,7 @@ def add_settings_routes(router: Router, service: InferenceService) -> None:
         service.check_trace_model(model)  # refused before the body is read, as in Triton
         document = _json_document(request, service.options.limits)
         body = document if isinstance(document, dict) else {}
-        return json_response(service.update_trace_settings(model, changes_from_json(body)))
+        return json_response(await service.update_trace_settings(model, changes_from_json(body)))
 
     router.add(r"/v2/logging", ApiCategory.LOGGING, GET=get_logging, POST=post_logging)
     router.add(r"/v2/trace/setting", ApiCategory.TRACE, GET=get_trace, POST=post_trace)

@@ -66,11 +66,11 @@ def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
             raise InternalError(_NOT_STRING)
         offset = _unsigned(document.get("offset", 0))
         byte_size = _unsigned(_required(document, "byte_size"))
-        service.register_system_shm(name, key, offset, byte_size)
+        await service.register_system_shm(name, key, offset, byte_size)
         return EMPTY_OK
 
     async def system_unregister(request: Request, match: RouteMatch) -> HttpResponse:
-        service.unregister_shm("system", match.get("region"))
+        await service.unregister_shm("system", match.get("region"))
         return EMPTY_OK
 
     async def cuda_status(request: Request, match: RouteMatch) -> HttpResponse:
@@ -101,11 +101,11 @@ def add_shared_memory_routes(router: Router, service: InferenceService) -> None:
         if not isinstance(device_id, int) or isinstance(device_id, bool):
             raise InternalError(_NOT_SIGNED)
         byte_size = _unsigned(_required(document, "byte_size"))
-        service.register_cuda_shm(name, raw_handle, device_id, byte_size)
+        await service.register_cuda_shm(name, raw_handle, device_id, byte_size)
         return EMPTY_OK
 
     async def cuda_unregister(request: Request, match: RouteMatch) -> HttpResponse:
-        service.unregister_shm("cuda", match.get("region"))
+        await service.unregister_shm("cuda", match.get("region"))
         return EMPTY_OK
 
     router.add(SYSTEM_SHM + "/status", ApiCategory.SHARED_MEMORY, GET=system_status)

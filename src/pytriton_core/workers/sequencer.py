@@ -1,0 +1,226 @@
+"""The parent's single order of changes for ``--workers N`` (see ``peers.py``).
+
+It listens on ``parent.sock`` in the board's folder. A worker sends it a change it got
+from a client (``{"op": "change", "from", "message"}``); the sequencer, one change at a
+time, sends the message to every worker that has joined, all at once, waits for every
+answer and returns them (``{"ok": true, "answers": {index: answer}}``). A registration
+that some worker refused is unregistered again on those that took it, so that none keeps
+it. A worker that dies while a change is sent to it is left out of the answers: the one
+started in its place joins with the state of the others.
+
+A worker joins (``{"op": "join", "index", "pid"}``) under the same order: the sequencer
+answers with a joined worker's state, the last load message of each model loaded by a
+change (with its files, so that a ``file:`` override is loaded again as it was) and the
+CUDA shared-memory registrations (with their IPC handles, which no status shows), waits
+for the joiner's ``{"op": "joined"}``, and adds it to the workers that get every change.
+
+Each connection runs on a thread of its own with blocking sockets: the parent has no event
+loop, and a change may wait minutes for a model to load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pytriton_core.workers.board import WorkerBoard
+from pytriton_core.workers.peers import error_answer, parent_socket_path, socket_path
+
+log = logging.getLogger(__name__)
+
+# A setter (log, trace, shared memory) answers in milliseconds; a worker that takes this
+# long is stuck, and the change fails naming it. Loads and unloads are not limited.
+_SETTER_TIMEOUT_S = 30.0
+_REGISTRATIONS = {"register_system_shm": "system", "register_cuda_shm": "cuda"}
+
+
+class Sequencer:
+    """``alive(index, pid)``: whether that worker process still runs (the supervisor's
+    view), to tell a worker that died during a change from one that failed it."""
+
+    def __init__(self, board: WorkerBoard, alive: Callable[[int, int], bool]) -> None:
+        self._board = board
+        self._alive = alive
+        self._order = threading.Lock()  # held for one change, or one join, at a time
+        self._members_lock = threading.Lock()
+        self._members: dict[int, int] = {}  # joined worker index -> its pid
+        self._loads: dict[str, dict[str, Any]] = {}  # model name -> its last load message
+        self._cuda: dict[str, dict[str, Any]] = {}  # CUDA region -> its registration
+        self._changes = 0
+        self._pending = 0  # changes received, not yet answered
+        self._listener: socket.socket | None = None
+        self._pool = ThreadPoolExecutor(thread_name_prefix="sequencer-send")
+
+    def start(self) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(parent_socket_path(self._board)))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, name="sequencer", daemon=True).start()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        self._pool.shutdown(wait=False)
+
+    def leave(self, index: int) -> None:
+        """Worker ``index`` died: it gets no more changes (its successor joins again)."""
+        with self._members_lock:
+            self._members.pop(index, None)
+
+    def pending(self) -> int:
+        """Changes received and not answered yet (waiting for the order, or being sent)."""
+        with self._members_lock:
+            return self._pending
+
+    def members(self) -> dict[int, int]:
+        with self._members_lock:
+            return dict(self._members)
+
+    # -------------------------------------------------------- connections
+
+    def _accept(self) -> None:
+        listener = self._listener
+        while listener is not None:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(
+                target=self._serve, args=(connection,), name="sequencer-conn", daemon=True
+            ).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        try:
+            with connection, connection.makefile("rwb") as stream:
+                self._answer(stream)
+        except OSError:  # the asking worker died meanwhile
+            log.warning("a worker went away before its answer from the workers' parent")
+
+    def _answer(self, stream: Any) -> None:
+        line = stream.readline()
+        if not line:
+            return
+        request = json.loads(line)
+        try:
+            if request.get("op") == "join":
+                self._join(request, stream)
+                return
+            if request.get("op") == "change":
+                with self._members_lock:
+                    self._pending += 1
+                try:
+                    answer = self.change(request["message"])
+                finally:
+                    with self._members_lock:
+                        self._pending -= 1
+            else:
+                answer = {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
+        except OSError:
+            raise
+        except Exception as exc:  # answered: the worker reports it to its client
+            log.exception("a change failed in the workers' parent")
+            answer = error_answer(exc)
+        _write(stream, answer)
+
+    # ------------------------------------------------------------ changes
+
+    def change(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Apply ``message`` on every joined worker, after every change before it."""
+        with self._order:
+            self._changes += 1
+            message = {**message, "stamp": self._changes}
+            answers = self._send_all(message)
+            method = message.get("method")
+            if method in _REGISTRATIONS and any(not a.get("ok") for a in answers.values()):
+                undo = {
+                    "op": "call",
+                    "method": "unregister_shm",
+                    "args": [_REGISTRATIONS[method], message["args"][0]],
+                }
+                took = [i for i, a in answers.items() if a.get("ok")]
+                self._send_all(undo, took)
+            if all(a.get("ok") for a in answers.values()):
+                self._remember(message)
+            return {"ok": True, "answers": {str(i): a for i, a in answers.items()}}
+
+    def _remember(self, message: dict[str, Any]) -> None:
+        """What a joining worker cannot ask the others for: each model's last load (its
+        files) and the CUDA registrations (a region's status has no IPC handle)."""
+        if message["op"] == "load":
+            self._loads[message["name"]] = message
+        elif message["op"] == "unload":
+            self._loads.pop(message["name"], None)
+        elif message.get("method") == "register_cuda_shm":
+            self._cuda[message["args"][0]] = message
+        elif message.get("method") == "unregister_shm" and message["args"][0] == "cuda":
+            region = message["args"][1]
+            if region is None:
+                self._cuda.clear()
+            else:
+                self._cuda.pop(region, None)
+
+    def _send_all(
+        self, message: dict[str, Any], only: list[int] | None = None
+    ) -> dict[int, dict[str, Any]]:
+        members = self.members()
+        targets = {i: pid for i, pid in members.items() if only is None or i in only}
+        futures = {i: self._pool.submit(self._send, i, message) for i in targets}
+        answers = {}
+        for index, future in futures.items():
+            answer = future.result()
+            if answer.get("lost") and not self._alive(index, targets[index]):
+                self.leave(index)  # died during the change: its successor joins again
+                continue
+            answers[index] = answer
+        return answers
+
+    def _send(self, index: int, message: dict[str, Any]) -> dict[str, Any]:
+        timeout = _SETTER_TIMEOUT_S if message["op"] == "call" else None
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect(str(socket_path(self._board, index)))
+                with sock.makefile("rwb") as stream:
+                    _write(stream, message)
+                    line = stream.readline()
+        except OSError as exc:
+            return {"ok": False, "error": f"no answer ({exc})", "lost": True}
+        if not line:
+            return {"ok": False, "error": "no answer (the worker closed)", "lost": True}
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    # ------------------------------------------------------------ joining
+
+    def _join(self, request: dict[str, Any], stream: Any) -> None:
+        index, pid = int(request["index"]), int(request["pid"])
+        with self._order:
+            state = None
+            for member in sorted(self.members()):
+                if member == index:
+                    continue
+                answer = self._send(member, {"op": "state"})
+                if answer.get("ok"):
+                    state = answer["result"]
+                    break
+            if state is not None:
+                state = {**state, "cuda_regions": list(self._cuda.values())}
+            _write(stream, {"ok": True, "state": state, "loads": self._loads})
+            if not stream.readline():
+                log.warning("worker %d went away while joining", index)
+                return
+            with self._members_lock:
+                self._members[index] = pid
+            _write(stream, {"ok": True})
+
+
+def _write(stream: Any, message: dict[str, Any]) -> None:
+    stream.write(json.dumps(message).encode() + b"\n")
+    stream.flush()
