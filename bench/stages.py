@@ -3,7 +3,8 @@
 Each stage of pytriton-core's request path is called on its own, in a loop, in this process
 (the identity model loaded from a fresh repository, no sockets): parse (httptools and the
 compiled framing), model lookup, decode, validate, execute (the Python backend with the
-model's own code), encode, response head, statistics; then the thread hand-off (a queue to a
+model's own code), encode, response head, statistics; a gRPC ModelInfer's decode and
+encode; then the thread hand-off (a queue to a
 worker thread and ``call_soon_threadsafe`` back, one or eight in flight) and an asyncio task.
 Thread CPU time, best of 5 rounds, so the load of a shared machine moves the figures less
 than wall-clock ones (it still moves them by some 10-20 %: compare builds in one sitting).
@@ -22,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import httptools
+import numpy as np
 
 from bench.payloads import HttpBody, http_body, prepare_repository
+from pytriton_core import proto
 from pytriton_core._native.http_framing import RequestAssembler, build_response_head
+from pytriton_core.frontends.grpc import infer_codec as grpc_codec
 from pytriton_core.frontends.http.infer_codec import decode_infer_request, encode_infer_response
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.options import ServerOptions
@@ -75,6 +79,8 @@ async def measure(calls: int) -> dict[str, float]:
                 kind = "binary" if binary else "JSON"
                 for stage, function in _stages(service, model, instance, binary).items():
                     figures[f"{kind}: {stage}"] = cost_us(function, calls)
+            for stage, function in _grpc_stages(service, model, instance).items():
+                figures[f"gRPC: {stage}"] = cost_us(function, calls)
             figures.update(await hand_off(calls // 4))
         finally:
             await runtime.stop()
@@ -124,6 +130,25 @@ def _stages(
         "encode": lambda: encode_infer_response(model, decoded, response),
         "response head": head,
         "statistics": statistics,
+    }
+
+
+def _grpc_stages(service: Any, model: Any, instance: Any) -> dict[str, Callable[[], object]]:
+    """A ``[16]`` ModelInfer's own stages: the message to a core request, and back."""
+    message: Any = proto.inference("ModelInferRequest")(model_name="identity_fp32")
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    message.raw_input_contents.append(np.arange(16, dtype=np.float32).tobytes())
+    data = message.SerializeToString()
+
+    def decode() -> object:
+        header, raw = grpc_codec.read_request(data)
+        return grpc_codec.decode_infer_request(service, header, raw, unary=True)
+
+    decoded = decode()
+    response = instance.execute([decoded.request], ComputeTiming())[0]
+    return {
+        "decode (raw split, protobuf header, core request)": decode,
+        "encode": lambda: grpc_codec.encode_infer_response(decoded, response),
     }
 
 

@@ -9,7 +9,8 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from pytriton_core import proto, types
-from pytriton_core.frontends.grpc import infer_codec, wire
+from pytriton_core._native import proto_wire as wire
+from pytriton_core.frontends.grpc import infer_codec
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
 
@@ -155,3 +156,40 @@ def test_stream_error_and_empty_final_responses() -> None:
     assert completion.error_message == "failed"
     assert (completion.infer_response.id, completion.infer_response.model_name) == ("r9", "m")
     assert completion.infer_response.parameters["triton_final_response"].bool_param is True
+
+
+@pytest.mark.parametrize(
+    ("names", "parameters", "outputs"),
+    [
+        (("", "", ""), [], []),
+        (("m", "1", "r"), [("off", "bool_param", False), ("neg", "int64_param", -3)], []),
+        (
+            ("é", "12", "x" * 300),
+            [
+                ("min", "int64_param", -(2**63)),
+                ("max", "uint64_param", 2**64 - 1),
+                ("zero", "double_param", 0.0),
+                ("nan", "double_param", -1.5e300),
+                ("empty", "string_param", ""),
+                ("", "string_param", "ünï"),
+            ],
+            [("O", "FP32", (0,)), ("", "", ()), ("B", "BYTES", (2**40, 1, 300))],
+        ),
+    ],
+)
+def test_response_header_is_what_protobuf_writes(
+    names: tuple[str, str, str],
+    parameters: list[tuple[str, str, Any]],
+    outputs: list[tuple[str, str, tuple[int, ...]]],
+) -> None:
+    model_name, model_version, request_id = names
+    data = wire.infer_response_header(model_name, model_version, request_id, parameters, outputs)
+    expected = ModelInferResponse(model_name=model_name, model_version=model_version, id=request_id)
+    for key, kind, value in parameters:
+        setattr(expected.parameters[key], kind, value)
+    for name, datatype, shape in outputs:
+        expected.outputs.add(name=name, datatype=datatype, shape=shape)
+    parsed = ModelInferResponse.FromString(data)
+    assert parsed == expected
+    for key, kind, _ in parameters:  # the member set, even to its default value
+        assert parsed.parameters[key].WhichOneof("parameter_choice") == kind

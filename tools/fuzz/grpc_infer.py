@@ -1,5 +1,7 @@
-"""Fuzz the gRPC infer message splitter (``wire.split_field``, which hands
-``raw_input_contents`` out as views) and the codec that builds the core request.
+"""Fuzz the gRPC infer message splitter (``split_field`` of the compiled
+``_native.proto_wire``, which hands ``raw_input_contents`` out as views) and the codec that
+builds the core request. The splitter is compiled: the coverage guidance sees only the
+Python codec around it; the oracle checks the splitter's every result.
 
 Oracle: the splitter agrees with protobuf's own parse of the whole message: both fail, or
 both give the same raw entries and the same rest of the message.

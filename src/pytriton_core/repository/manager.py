@@ -138,6 +138,10 @@ class ModelManager:
         self._sources: dict[ModelId, Path] = {}  # the last scan: each model's folder
         self._duplicates: dict[str, list[Path]] = {}  # without namespacing: served by none
         self._models: dict[ModelId, dict[int, Model]] = {}  # the versions serving
+        # (name, version) -> what ``get`` found, for the next request; emptied whenever
+        # the serving versions change (and unused with namespacing, where a name's meaning
+        # depends on every repository's models).
+        self._found: dict[tuple[str, int], Model] = {}
         # Triton's lifecycle map: every version a load started, with its state; a model
         # whose load found no version has an empty map (and keeps the server not ready).
         self._states: dict[ModelId, dict[int, _VersionStatus]] = {}
@@ -156,6 +160,15 @@ class ModelManager:
 
     def get(self, name: str, version: int = -1) -> Model:
         """The model version requests go to, with Triton's messages when there is none."""
+        found = self._found.get((name, version))
+        if found is not None and found.state is ModelState.READY:
+            return found
+        found = self._get(name, version)
+        if not self._namespacing:
+            self._found[(name, version)] = found
+        return found
+
+    def _get(self, name: str, version: int) -> Model:
         model_id = self._resolve(name)
         states = self._states.get(model_id)
         if states is None:
@@ -535,6 +548,7 @@ class ModelManager:
             )
         replaced = [serving[v] for v in started if v in serving]
         dropped = [serving[v] for v in serving if v not in versions]
+        self._found.clear()
         self._models[model_id] = {
             **{v: m for v, m in serving.items() if v in keep},
             **started,
@@ -721,6 +735,7 @@ class ModelManager:
         if timeout_s is None:
             timeout_s = self._options.exit_timeout_secs
         versions = self._models.pop(model_id, {})
+        self._found.clear()
         self._dependencies.pop(model_id.name, None)
         states = self._states.get(model_id)
         if states is None:

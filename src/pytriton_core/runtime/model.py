@@ -108,6 +108,9 @@ class Model:
         # A lone request may execute on the loop (runtime/instance.py): this backend holds
         # the GIL anyway, and the scheduler would hand a lone request over at once.
         self._inline = backend_model.loop_execution and self._scheduler.dispatches_lone_at_once
+        # With a batching scheduler, one request per loop turn runs inline: those read in
+        # the same turn queue, where they batch.
+        self._one_inline_per_turn = self._scheduler.batches_requests
         self._inlined_this_turn = False
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
@@ -228,11 +231,12 @@ class Model:
             if instance.inline_ready and instance.claim():
                 # Nothing queued or executing: the instance's thread is idle, and this
                 # request would be its next batch at once. Run it here, without the two
-                # thread wake-ups; its response is delivered before submit returns. Only
-                # one per loop turn: requests that came in the same turn (read after this
-                # one) queue for the thread, where they batch.
-                self._inlined_this_turn = True
-                self._loop.call_soon(self._new_turn)
+                # thread wake-ups; its response is delivered before submit returns. With a
+                # batching scheduler only one per loop turn: requests that came in the same
+                # turn (read after this one) queue for the thread, where they batch.
+                if self._one_inline_per_turn:
+                    self._inlined_this_turn = True
+                    self._loop.call_soon(self._new_turn)
                 self._in_flight += 1
                 self._keep_place(request)
                 instance.execute_inline([request])

@@ -61,6 +61,10 @@ class Scheduler(abc.ABC):
     # instance at once (no queue delay to wait for batch mates): the model may then run
     # such a request without queueing it (runtime/instance.py, ``execute_inline``).
     dispatches_lone_at_once: bool = False
+    # False when every execution takes one request (the default scheduler): a request that
+    # waits gains no batch mates, so the model runs each lone one inline, not only the
+    # first of a loop turn.
+    batches_requests: bool = True
     # True when a request may skip the queue altogether and execute on its caller's thread
     # while an instance is idle and nothing is queued (runtime/model.py,
     # ``execute_direct``): the scheduler neither batches, orders nor times requests.

@@ -20,9 +20,9 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from pytriton_core import proto, types
+from pytriton_core._native import proto_wire as wire
 from pytriton_core._native.bytes_codec import serialize_bytes_tensor
 from pytriton_core.errors import InvalidArgumentError, UnsupportedError
-from pytriton_core.frontends.grpc import wire
 from pytriton_core.frontends.infer_rules import (
     REGION,
     check_shm_output,
@@ -34,7 +34,7 @@ from pytriton_core.frontends.infer_rules import (
 from pytriton_core.inference.header_forwarding import compile_pattern, forward_headers
 from pytriton_core.inference.parameters import apply_request_parameter
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
-from pytriton_core.inference.response import InferenceResponse, ParameterValue
+from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
 from pytriton_core.inference.tensor_data import (
     Buffer,
@@ -122,14 +122,17 @@ def decode_infer_request(
     service: InferenceService, message: Any, raw: list[memoryview], *, unary: bool
 ) -> DecodedInfer:
     """A core request for ``message``; the model validates it when it is submitted."""
-    model = service.model(message.model_name, message.model_version)
+    model_name: str = message.model_name
+    model_version: str = message.model_version
+    model = service.model(model_name, model_version)
     if unary and model.spec.decoupled:
         raise UnsupportedError(
             "ModelInfer RPC doesn't support models with decoupled transaction policy"
         )
     request = InferenceRequest(model_name=model.name, model_version=model.version, id=message.id)
-    decoded = DecodedInfer(model, request, message.model_name, message.model_version)
-    for key, parameter in message.parameters.items():
+    decoded = DecodedInfer(model, request, model_name, model_version)
+    parameters = message.parameters
+    for key, parameter in parameters.items() if parameters else ():
         value = _parameter_value(parameter)
         if key in _SEQUENCE_PARAMETERS:
             value = _sequence_parameter(key, parameter)
@@ -143,7 +146,7 @@ def decode_infer_request(
         name: str = entry.name
         datatype = datatype_from_wire(entry.datatype, name)
         shape = list(entry.shape)
-        if any(dim < 0 for dim in shape):
+        if shape and min(shape) < 0:
             raise InvalidArgumentError(
                 f"Unable to parse 'shape' for input '{name}': expecting unsigned integers"
             )
@@ -305,29 +308,28 @@ def _contents_as_bytes(
 # ------------------------------------------------------------------------------- responses
 
 
-def _set_parameters(target: Any, parameters: Mapping[str, ParameterValue]) -> None:
-    for key, value in parameters.items():
-        setattr(target[key], response_parameter_kind(key, value).value, value)
-
-
 def _response_parts(
     decoded: DecodedInfer, response: InferenceResponse, final: bool | None
 ) -> list[Buffer]:
     model = decoded.model
-    header = _ModelInferResponse(
-        model_name=model.name, model_version=str(model.version), id=decoded.request.id
-    )
-    _set_parameters(header.parameters, response.parameters)
+    parameters = [
+        (key, response_parameter_kind(key, value).value, value)
+        for key, value in response.parameters.items()
+    ]
     if final is not None:
-        header.parameters[FINAL_RESPONSE].bool_param = final
+        parameters.append((FINAL_RESPONSE, "bool_param", final))
+    outputs = []
     raw: list[Buffer] = []
     for tensor in response.outputs:
-        header.outputs.add(name=tensor.name, datatype=tensor.datatype.wire_name, shape=tensor.shape)
+        outputs.append((tensor.name, tensor.datatype.wire_name, tensor.shape))
         if write_to_region(decoded.shm_outputs, tensor):
             raw.append(b"")  # kept, so that raw entries stay aligned with outputs
         else:
             raw.append(array_to_bytes(tensor))
-    parts: list[Buffer] = [header.SerializeToString()]
+    header = wire.infer_response_header(
+        model.name, str(model.version), decoded.request.id, parameters, outputs
+    )
+    parts: list[Buffer] = [header]
     wire.append_field(parts, _RAW_OUTPUT_CONTENTS, raw)
     return parts
 

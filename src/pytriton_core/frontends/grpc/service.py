@@ -37,7 +37,7 @@ from pytriton_core.service import InferenceService
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = proto.GRPC_INFERENCE_SERVICE.full_name
-# The RPCs whose inference messages skip protobuf's (de)serialization (see wire.py).
+# The RPCs whose inference messages skip protobuf's (de)serialization (csrc/grpc/proto_wire).
 _RAW_RPCS = ("ModelInfer", "ModelStreamInfer")
 # The handler names Triton's verbose log gives RPCs that are not named after the RPC.
 _VERBOSE_NAMES = {"ModelInfer": "ModelInferHandler", "ModelStreamInfer": "ModelStreamInferHandler"}
