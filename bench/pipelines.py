@@ -30,6 +30,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.clients.perf_analyzer import PerfAnalyzerRun, load_arguments
 from bench.procstats import PROC, sample_tree
 from bench.shm_compare import (
     LOOPBACK,
@@ -158,25 +159,11 @@ def _successes(http_port: int, model: str) -> int:
 def _measure(
     perf_analyzer: Path, port: int, model: str, concurrency: int, window_ms: int, log: Path
 ) -> tuple[float, int]:
-    command = [
-        str(perf_analyzer),
-        "-m",
-        model,
-        "-i",
-        "http",
-        "-u",
-        f"{LOOPBACK}:{port}",
-        "--shape",
-        f"INPUT0:{ELEMENTS}",
-        "--concurrency-range",
-        f"{concurrency}:{concurrency}",
-        "-p",
-        str(window_ms),
-        "-r",
-        "6",
-        "-s",
-        "10000",  # no stability retries: rounds, interleaved, take the noise instead
-    ]
+    load = PerfAnalyzerRun(
+        f"{LOOPBACK}:{port}", "http", ELEMENTS, concurrency, window_ms, model=model
+    )
+    # No stability retries: rounds, interleaved, take the noise instead.
+    command = [str(perf_analyzer), *load_arguments(load, trials=6)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     with log.open("a") as out:
         out.write(" ".join(command) + "\n\n" + result.stdout + result.stderr + "\n")

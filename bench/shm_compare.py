@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.clients.perf_analyzer import PerfAnalyzerRun, load_arguments
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "identity_fp32"
 ELEMENTS = 1 << 20  # 4 MiB of FP32
@@ -171,32 +173,10 @@ def _perf_analyzer(
     perf_analyzer: Path, url: str, mode: str, concurrency: int, window_ms: int, stability: str
 ) -> subprocess.CompletedProcess[str]:
     protocol, shared_memory = MODES[mode]
-    command = [
-        str(perf_analyzer),
-        "-m",
-        MODEL,
-        "-i",
-        protocol,
-        "-u",
-        url,
-        "--shape",
-        f"INPUT0:{ELEMENTS}",
-        "--concurrency-range",
-        f"{concurrency}:{concurrency}",
-        "-p",
-        str(window_ms),
-        "-r",
-        "6",
-        "-s",
-        stability,
-    ]
-    if shared_memory != "none":
-        command += [
-            "--shared-memory",
-            shared_memory,
-            "--output-shared-memory-size",
-            str(ELEMENTS * 4),
-        ]
+    load = PerfAnalyzerRun(
+        url, protocol, ELEMENTS, concurrency, window_ms, shared_memory=shared_memory, model=MODEL
+    )
+    command = [str(perf_analyzer), *load_arguments(load, trials=6, stability_pct=stability)]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
 
 

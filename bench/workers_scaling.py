@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import procstats
+from bench.clients.perf_analyzer import PerfAnalyzerRun, load_arguments
 from bench.shm_compare import LOOPBACK, ROOT, SUMMARY, find_perf_analyzer, serve, write_results
 
 MODEL = "identity_fp32"
@@ -58,25 +59,11 @@ def _measure(
     perf_analyzer: Path, http_port: int, server_pid: int, concurrency: int, window_ms: int
 ) -> tuple[float, int, float, float]:
     """(infer/s, latency us, server cores, perf_analyzer cores) at one concurrency."""
-    command = [
-        str(perf_analyzer),
-        "-m",
-        MODEL,
-        "-i",
-        "http",
-        "-u",
-        f"{LOOPBACK}:{http_port}",
-        "--shape",
-        f"INPUT0:{ELEMENTS}",
-        "--concurrency-range",
-        f"{concurrency}:{concurrency}",
-        "-p",
-        str(window_ms),
-        "-r",
-        "6",
-        "-s",
-        "10000",  # one run on a shared machine: average the last windows, as they come
-    ]
+    load = PerfAnalyzerRun(
+        f"{LOOPBACK}:{http_port}", "http", ELEMENTS, concurrency, window_ms, model=MODEL
+    )
+    # One run on a shared machine: average the last windows, as they come.
+    command = [str(perf_analyzer), *load_arguments(load, trials=6)]
     server_before = procstats.sample_tree(server_pid).cpu_s
     client_before = _waited_children_cpu_s()
     started = time.monotonic()

@@ -67,38 +67,12 @@ class PerfAnalyzer:
         )
 
     def command(self, run: PerfAnalyzerRun, csv_path: Path) -> list[str]:
-        command = [
+        return [
             str(self.path),
-            "-m",
-            run.model,
-            "-i",
-            run.protocol,
-            "-u",
-            run.url,
-            "--shape",
-            f"{run.input_name}:{run.elements}",
-            "--concurrency-range",
-            f"{run.concurrency}:{run.concurrency}",
-            "-p",
-            str(run.window_ms),
-            "-r",
-            str(self.max_trials),
-            "-s",
-            str(STABILITY_PCT),
+            *load_arguments(run, trials=self.max_trials),
             "-f",
             str(csv_path),
         ]
-        if run.batch_size != 1:
-            command += ["-b", str(run.batch_size)]
-        if run.shared_memory != "none":
-            # The output's shape is variable ([-1]): perf_analyzer needs its region size.
-            command += [
-                "--shared-memory",
-                run.shared_memory,
-                "--output-shared-memory-size",
-                str(run.elements * 4),
-            ]
-        return command
 
     def measure(self, run: PerfAnalyzerRun, workdir: Path, label: str) -> Window:
         """One perf_analyzer run (``max_trials`` windows, averaged by perf_analyzer)."""
@@ -113,6 +87,42 @@ class PerfAnalyzer:
             raise ClientError(f"perf_analyzer wrote no CSV report ({csv_path})")
         window = parse_csv(csv_path.read_text())
         return dataclasses.replace(window, duration_s=self.max_trials * run.window_ms / 1000)
+
+
+def load_arguments(
+    run: PerfAnalyzerRun, *, trials: int, stability_pct: int | str = STABILITY_PCT
+) -> list[str]:
+    """perf_analyzer's arguments for ``run``: the model, the endpoint, the request and the
+    load (``trials`` windows, ``-s stability_pct``), without a report file."""
+    arguments = [
+        "-m",
+        run.model,
+        "-i",
+        run.protocol,
+        "-u",
+        run.url,
+        "--shape",
+        f"{run.input_name}:{run.elements}",
+        "--concurrency-range",
+        f"{run.concurrency}:{run.concurrency}",
+        "-p",
+        str(run.window_ms),
+        "-r",
+        str(trials),
+        "-s",
+        str(stability_pct),
+    ]
+    if run.batch_size != 1:
+        arguments += ["-b", str(run.batch_size)]
+    if run.shared_memory != "none":
+        # The output's shape is variable ([-1]): perf_analyzer needs its region size.
+        arguments += [
+            "--shared-memory",
+            run.shared_memory,
+            "--output-shared-memory-size",
+            str(run.elements * 4),
+        ]
+    return arguments
 
 
 def parse_csv(text: str) -> Window:
