@@ -122,6 +122,7 @@ class Model:
             deque() if preserve and not spec.decoupled else None
         )
         self._sent_order = ResponseOrder() if preserve and spec.decoupled else None
+        self._ordered = preserve  # one test on the request path when neither applies
         self._held: dict[int, InferenceResponse] = {}
         self._labels = {
             output.name: classification.read_labels(
@@ -238,7 +239,8 @@ class Model:
                     self._inlined_this_turn = True
                     self._loop.call_soon(self._new_turn)
                 self._in_flight += 1
-                self._keep_place(request)
+                if self._ordered:
+                    self._keep_place(request)
                 instance.execute_inline([request])
                 return
         try:
@@ -256,7 +258,8 @@ class Model:
                 raise
             raise exc.with_request_id(request.id) from None
         self._in_flight += 1
-        self._keep_place(request)
+        if self._ordered:
+            self._keep_place(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
 
     def execute_direct(self, request: InferenceRequest) -> bool:
