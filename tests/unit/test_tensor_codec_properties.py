@@ -90,3 +90,21 @@ def test_bytes_decoding_refuses_what_the_oracle_cannot_read(wire: bytes, count: 
     else:
         with pytest.raises(ValueError):
             deserialize_bytes_tensor(wire, count)
+
+
+@pytest.mark.parametrize(
+    "datatype", [*FIXED[:2], types.BY_WIRE_NAME["BYTES"]], ids=lambda datatype: datatype.wire_name
+)
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.lists(st.integers(-3, 4), min_size=1, max_size=4).filter(lambda s: min(s) < 0),
+)
+def test_a_negative_dimension_is_refused_whatever_the_bytes(
+    datatype: types.DataType, shape: list[int]
+) -> None:
+    # A zero beside a negative, or two negatives, make a count the bytes can match (the
+    # shared-memory fuzzer found [-1, 40, 0] over an empty range raising ValueError).
+    count = max(types.element_count(shape), 0)
+    payload = _wire([b""] * count) if datatype.is_bytes else b"\0" * (count * datatype.itemsize)
+    with pytest.raises(InvalidArgumentError, match="must not be negative"):
+        _decode(payload, datatype, shape)

@@ -43,6 +43,10 @@ def array_from_bytes(
 
     BYTES elements are objects, built here: past ``max_bytes_elements`` (the shape says how
     many before any is built) the input is refused."""
+    if shape and min(shape) < 0:
+        # The front ends refuse these first; two negatives, or a zero beside one, would
+        # pass the size check below.
+        raise _negative_shape_error(shape, input_name, model_name, request_id)
     if datatype.is_bytes:
         count = types.element_count(shape)
         if max_bytes_elements is not None and count > max_bytes_elements:
@@ -62,6 +66,15 @@ def array_from_bytes(
             f"Expected {expected}, got {size}"
         ).with_request_id(request_id)
     return np.frombuffer(data, datatype.numpy_dtype, expected // datatype.itemsize).reshape(shape)
+
+
+def _negative_shape_error(
+    shape: list[int], input_name: str, model_name: str, request_id: str
+) -> ServerError:
+    return InvalidArgumentError(
+        f"invalid shape {list(shape)} for input '{input_name}' for model '{model_name}': "
+        "dimensions must not be negative"
+    ).with_request_id(request_id)
 
 
 def bytes_elements_error(input_name: str, model_name: str, count: int, limit: int) -> ServerError:
