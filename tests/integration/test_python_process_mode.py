@@ -284,6 +284,31 @@ def test_identity_answers_from_worker_process(server: ServerHandle) -> None:
     assert int(stats["inference_stats"]["success"]["count"]) >= 5
 
 
+def test_concurrent_requests_each_get_their_own_answer(server: ServerHandle) -> None:
+    """Requests queued on the loop while the worker executes (the loop hands them out one
+    by one as answers come back): each answer is its own request's, and all are counted."""
+    client = httpclient.InferenceServerClient(server.http_url, concurrency=8)
+    before = client.get_inference_statistics("identity")["model_stats"][0]
+    pending = []
+    for index in range(40):
+        x = np.full((1, 3), index, dtype=np.float32)
+        inputs = [
+            httpclient.InferInput("IN", [1, 3], "FP32"),
+            httpclient.InferInput("TEXT", [1, 1], "BYTES"),
+        ]
+        inputs[0].set_data_from_numpy(x, binary_data=True)
+        inputs[1].set_data_from_numpy(np.array([[str(index).encode()]], dtype=np.object_))
+        pending.append((index, client.async_infer("identity", inputs)))
+    for index, call in pending:
+        result = call.get_result()
+        np.testing.assert_array_equal(result.as_numpy("OUT"), np.full((1, 3), 2 * index))
+        assert result.as_numpy("TEXT_OUT").tolist() == [[f"{index}!".encode()]]
+    after = client.get_inference_statistics("identity")["model_stats"][0]
+    done = int(after["inference_stats"]["success"]["count"])
+    assert done - int(before["inference_stats"]["success"]["count"]) == 40
+    client.close()
+
+
 def _crashy(client: httpclient.InferenceServerClient, what: float) -> np.ndarray:
     inputs = [httpclient.InferInput("IN", [1], "FP32")]
     inputs[0].set_data_from_numpy(np.array([what], dtype=np.float32))

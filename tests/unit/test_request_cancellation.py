@@ -115,6 +115,23 @@ def test_a_cancelled_queued_request_is_removed_and_never_taken(
     scheduler.stop(1)
 
 
+def test_requests_held_for_the_loop_come_out_in_order_without_the_cancelled() -> None:
+    scheduler = DefaultScheduler()
+    first, second, third = (InferenceRequest("m", id=name) for name in ("a", "b", "c"))
+    for request in (first, second, third):
+        scheduler.hold(request)
+    assert scheduler.pending_count() == 3
+    assert scheduler.cancel(second) is True
+    assert scheduler.take_held() is first
+    assert scheduler.cancel(first) is False  # taken: its execution's hooks cancel it now
+    assert scheduler.take_held() is third
+    assert scheduler.take_held() is None
+    assert scheduler.pending_count() == 0
+    scheduler.stop_accepting()
+    with pytest.raises(ServerError):
+        scheduler.hold(InferenceRequest("m"))
+
+
 @pytest.mark.parametrize("make", SCHEDULERS.values(), ids=SCHEDULERS.keys())
 def test_a_request_already_taken_is_not_cancelled_by_the_scheduler(
     make: Callable[[], Scheduler],

@@ -7,7 +7,9 @@
   ``execute`` is never called concurrently on one instance.
 
 Backends know nothing of front ends or the event loop: they receive core requests and
-return core responses.
+return core responses. The one exception is ``BackendInstance.begin``, for backends whose
+work happens elsewhere (process mode's worker processes): it is called on the loop, only
+sends the batch away, and reports the outcome back on the loop.
 """
 
 from __future__ import annotations
@@ -121,6 +123,18 @@ class BackendInstance(abc.ABC):
         Raising fails every request of the batch.
         """
 
+    def begin(
+        self,
+        requests: Sequence[InferenceRequest],
+        timing: ComputeTiming,
+        finished: Callable[[Sequence[InferenceResponse | None] | ServerError], None],
+    ) -> None:
+        """Start one batch from the event loop without waiting for it (only where the
+        model's ``loop_dispatch`` is True): ``finished`` gets, on the loop, what
+        ``execute`` would return, or the error that fails the batch. Raising instead fails
+        the batch at once."""
+        raise NotImplementedError(f"{type(self).__name__} cannot start batches on the loop")
+
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release what the instance holds; called once, from its worker thread."""
 
@@ -136,6 +150,10 @@ class BackendModel(abc.ABC):
     # delivers: short ones may then run on the loop (runtime/instance.py). Backends whose
     # frameworks release the GIL keep their threads, which run beside the loop.
     loop_execution: bool = False
+    # True when its instances' ``begin`` starts a batch on the loop and reports back there
+    # (the work runs in another process): with a scheduler that ``holds_for_loop`` the loop
+    # then hands requests out itself, and no instance thread is on a request's path.
+    loop_dispatch: bool = False
 
     def healthy(self) -> bool:
         """Whether every instance can run requests now (false while a Python model's worker

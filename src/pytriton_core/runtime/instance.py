@@ -19,6 +19,7 @@ the last one, wherever it ran.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -211,10 +212,35 @@ class ModelInstance:
         run_all(deferred)
         self._on_batch_done(batch, *outcome)
 
-    def _execute(
-        self, backend_instance: BackendInstance, batch: list[InferenceRequest]
-    ) -> BatchOutcome:
-        """Run one batch; its outcome is what ``on_batch_done`` takes after the batch."""
+    def begin_claimed(self, batch: list[InferenceRequest]) -> None:
+        """Start ``batch`` from the event loop (a ``loop_dispatch`` backend) without
+        waiting: its outcome goes to ``on_batch_done`` on the loop once the backend reports
+        it. The instance must be claimed; the claim is released when the batch finishes."""
+        backend_instance = self._backend_instance
+        assert backend_instance is not None
+        timing = self._started(batch)
+        finished = functools.partial(self._finished, batch, timing)
+        try:
+            backend_instance.begin(batch, timing, finished)
+        except ServerError as exc:
+            finished(exc)
+        except Exception as exc:
+            log.exception("execute failed on instance %s", self.spec.name)
+            finished(InternalError(f"{type(exc).__name__}: {exc}"))
+
+    def _finished(
+        self,
+        batch: list[InferenceRequest],
+        timing: ComputeTiming,
+        responses: Sequence[InferenceResponse | None] | ServerError,
+    ) -> None:
+        try:
+            outcome = self._settled(batch, timing, _checked(responses, batch))
+        finally:
+            self._executing.release()
+        self._on_batch_done(batch, *outcome)
+
+    def _started(self, batch: list[InferenceRequest]) -> ComputeTiming:
         timing = ComputeTiming(start_ns=time.monotonic_ns())
         self._running_batch = (timing.start_ns, len(batch))
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
@@ -224,20 +250,32 @@ class ModelInstance:
                 self.spec.name,
                 len(batch),
             )
-        responses: Sequence[InferenceResponse | None] | ServerError
         for request in batch:
             request.executing = True
+        return timing
+
+    def _execute(
+        self, backend_instance: BackendInstance, batch: list[InferenceRequest]
+    ) -> BatchOutcome:
+        """Run one batch; its outcome is what ``on_batch_done`` takes after the batch."""
+        timing = self._started(batch)
+        responses: Sequence[InferenceResponse | None] | ServerError
         try:
-            responses = backend_instance.execute(batch, timing)
-            if len(responses) != len(batch):
-                raise InternalError(
-                    f"backend returned {len(responses)} responses for {len(batch)} requests"
-                )
+            responses = _checked(backend_instance.execute(batch, timing), batch)
         except ServerError as exc:
             responses = exc
         except Exception as exc:
             log.exception("execute failed on instance %s", self.spec.name)
             responses = InternalError(f"{type(exc).__name__}: {exc}")
+        return self._settled(batch, timing, responses)
+
+    def _settled(
+        self,
+        batch: list[InferenceRequest],
+        timing: ComputeTiming,
+        responses: Sequence[InferenceResponse | None] | ServerError,
+    ) -> BatchOutcome:
+        """After an execution: timing, the short-execution streak, the scheduler's word."""
         timing.close()
         self._running_batch = None
         short = timing.end_ns - timing.start_ns < INLINE_BUDGET_NS
@@ -253,3 +291,13 @@ class ModelInstance:
         if self._rate_limit is not None:  # after completed: requests it re-queued are work too
             self._rate_limit.release(more_work=self._scheduler.pending_count() > 0)
         return responses, timing, retained
+
+
+def _checked(
+    responses: Sequence[InferenceResponse | None] | ServerError, batch: list[InferenceRequest]
+) -> Sequence[InferenceResponse | None] | ServerError:
+    if not isinstance(responses, ServerError) and len(responses) != len(batch):
+        return InternalError(
+            f"backend returned {len(responses)} responses for {len(batch)} requests"
+        )
+    return responses

@@ -142,6 +142,16 @@ class Model:
         # The cache key and lookup time of each request that missed, until it is answered.
         self._misses: dict[int, tuple[bytes, int]] = {}
         self._rate_limiter = services.rate_limiter
+        # The loop hands requests to idle instances itself and each execution starts and
+        # finishes on the loop (a process-mode Python model): no instance thread, and no
+        # thread wake-up, on a request's path. (A rate-limited execution waits for its slot
+        # on the instance's thread.)
+        self._loop_dispatch = (
+            backend_model.loop_dispatch
+            and self._scheduler.holds_for_loop
+            and self._rate_limiter is None
+        )
+        self._dispatching = False
         self._rate_limit_slots: list[InstanceSlot] = []
         self._deferral = services.deferral
         # A BLS call may execute on its caller's thread (``execute_direct``) where the
@@ -244,7 +254,10 @@ class Model:
                 instance.execute_inline([request])
                 return
         try:
-            self._scheduler.enqueue(request)
+            if self._loop_dispatch:
+                self._scheduler.hold(request)
+            else:
+                self._scheduler.enqueue(request)
         except InvalidArgumentError:
             # A request the scheduler finds malformed (a sequence without START...) failed
             # validation, which Triton neither counts nor prefixes with the request id.
@@ -261,6 +274,29 @@ class Model:
         if self._ordered:
             self._keep_place(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
+        if self._loop_dispatch:
+            self._dispatch_held()
+
+    def _dispatch_held(self) -> None:
+        """Start held requests on idle instances (``loop_dispatch``), oldest first; called
+        when one arrives and when an execution finishes. Not re-entered: a batch that
+        fails at once finishes inside ``begin_claimed``, and the outer call goes on."""
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            scheduler = self._scheduler
+            while scheduler.pending_count():
+                instance = next((i for i in self._instances if i.claim()), None)
+                if instance is None:
+                    return
+                request = scheduler.take_held()
+                if request is None:
+                    instance.release()
+                    return
+                instance.begin_claimed([request])
+        finally:
+            self._dispatching = False
 
     def execute_direct(self, request: InferenceRequest) -> bool:
         """Run a BLS request on the calling thread (a model's, never the loop's) if it can
@@ -508,6 +544,8 @@ class Model:
         """An execution finished. Fillers of idle sequence slots (``padding``) count in
         the batch size only; a request the scheduler re-queued (``Requeued``) counts its
         execution but stays in flight."""
+        if self._loop_dispatch:  # the next request starts while these responses leave
+            self._dispatch_held()
         stats = self.stats
         end_ns = time.monotonic_ns()
         for request in batch:

@@ -69,11 +69,23 @@ class Scheduler(abc.ABC):
     # while an instance is idle and nothing is queued (runtime/model.py,
     # ``execute_direct``): the scheduler neither batches, orders nor times requests.
     direct_execution: bool = False
+    # True when the scheduler can keep requests for the event loop to hand out itself
+    # (``hold``/``take_held``): models whose executions start and finish on the loop
+    # (``BackendModel.loop_dispatch``) then need no instance thread on a request's path.
+    holds_for_loop: bool = False
     # False once the server is exiting (``stop_accepting``).
     accepting = True
     # Triton's dynamic batcher names the request in its enqueue errors; the sequence
     # batcher does not (the model adds the ``[request id: ...]`` prefix where this is True).
     enqueue_errors_name_request = True
+
+    def hold(self, request: InferenceRequest) -> None:
+        """Keep ``request`` for ``take_held`` (on the loop), not for an instance's thread."""
+        raise NotImplementedError(f"{type(self).__name__} does not hold requests for the loop")
+
+    def take_held(self) -> InferenceRequest | None:
+        """The oldest held request still waiting (not cancelled), or None."""
+        raise NotImplementedError(f"{type(self).__name__} does not hold requests for the loop")
 
     def stop_accepting(self) -> None:
         """The server is exiting (Triton's ``Scheduler::Stop``): refuse new requests from

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.scheduling.base import Scheduler
@@ -13,6 +14,7 @@ class DefaultScheduler(Scheduler):
     dispatches_lone_at_once = True
     batches_requests = False
     direct_execution = True
+    holds_for_loop = True
 
     def __init__(self) -> None:
         # SimpleQueue: a C queue whose put wakes exactly one blocked worker thread.
@@ -21,12 +23,30 @@ class DefaultScheduler(Scheduler):
         # is still here, so a cancelled one (removed by ``cancel``) is skipped, never run.
         self._waiting: set[InferenceRequest] = set()
         self._lock = threading.Lock()
+        # Requests kept for the loop to hand out (``hold``), in arrival order.
+        self._held: deque[InferenceRequest] = deque()
 
     def enqueue(self, request: InferenceRequest) -> None:
         self.refuse_if_stopped()
         with self._lock:
             self._waiting.add(request)
         self._queue.put(request)
+
+    def hold(self, request: InferenceRequest) -> None:
+        self.refuse_if_stopped()
+        with self._lock:
+            self._waiting.add(request)
+        self._held.append(request)
+
+    def take_held(self) -> InferenceRequest | None:
+        held = self._held
+        while held:
+            request = held.popleft()
+            with self._lock:
+                if request in self._waiting:
+                    self._waiting.remove(request)
+                    return request
+        return None  # (a cancelled request was skipped: it is answered by its canceller)
 
     def next_batch(self, instance: int = 0) -> list[InferenceRequest] | None:
         while True:

@@ -16,6 +16,7 @@ the default), or implied by ``EXECUTION_ENV_PATH``. The server side of one insta
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -55,6 +56,8 @@ from pytriton_core.inference.statistics import ComputeTiming
 
 log = logging.getLogger(__name__)
 
+Finished = Callable[[Sequence[InferenceResponse | None] | ServerError], None]
+
 MODE_PARAMETER = "EXECUTION_MODE"
 TIMEOUT_PARAMETER = "PROCESS_EXECUTE_TIMEOUT_SECONDS"
 MEMORY_PARAMETER = "PROCESS_MEMORY_LIMIT_BYTES"
@@ -63,6 +66,7 @@ _DEFAULT_HEARTBEAT_TIMEOUT_S = 1.0
 _START_TIMEOUT_S = 120.0
 _WATCH_INTERVAL_S = 0.05
 _MAX_BACKOFF_S = 5.0
+_DEATH_REPORT_S = 2.0  # how long the loop waits for a dead worker's cause
 
 _BOOTSTRAP = (
     "import sys, json; sys.path.extend(json.loads(sys.argv[3])); "
@@ -175,6 +179,9 @@ class ProcessModel(BackendModel):
             else _number(spec, HEARTBEAT_PARAMETER)
         )
         self.custom_metrics = location.custom_metrics
+        # Batches start and finish on the server's loop (``ProcessInstance.begin``); a
+        # decoupled model's batches stay on the instance's thread.
+        self.loop_dispatch = not spec.decoupled
         self._instances: list[ProcessInstance] = []
         self._lock = threading.Lock()
 
@@ -234,6 +241,11 @@ class _Worker:
         self.last_heard = time.monotonic()
         self.metrics = _MetricsMirror(model.custom_metrics, name)
         self.dead = threading.Event()
+        # The loop that reads ``channel`` once a batch was started there (``begin``): it
+        # then owns the socket, and closes it when the worker is gone.
+        self.watched: asyncio.AbstractEventLoop | None = None
+        # The batch started on the loop and not answered yet: its requests and callback.
+        self.pending: tuple[Sequence[InferenceRequest], ComputeTiming, Finished] | None = None
         answers = self.calls.writer.arena
         self.channel.send(
             {**init, "arena_size": self.inputs.size, "answers_size": answers.size},
@@ -258,7 +270,9 @@ class _Worker:
 
     def close(self) -> None:
         self.calls.close()
-        self.channel.close()
+        with self.lock:
+            if self.watched is None:  # else the loop closes it once it has read the end
+                self.channel.close()
         self.events.close()
         self.inputs.close()
         for arena in (self.outputs, self.event_outputs):
@@ -475,17 +489,69 @@ class ProcessInstance(BackendInstance):
         finally:
             worker.executing_since = 0.0
         timing.mark_infer_done()
-        assert worker.outputs is not None  # set by the handshake
-        if fds:
-            worker.outputs = _regrown(worker.outputs, fds[0])
-        worker.last_heard = time.monotonic()
-        worker.metrics.apply(done["metrics"])
-        built = _responses(worker.outputs, done)
-        if done["failure"] is not None:
-            raise ServerError.from_code(*done["failure"])
-        for request, again in zip(requests, done["reschedule"], strict=True):
-            request.reschedule = again
-        return built
+        return _answered(worker, requests, done, fds)
+
+    def begin(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming, finished: Finished
+    ) -> None:
+        """Send the batch from the loop; the loop reads the answer when it comes
+        (``_on_answer``), so neither waits on the other."""
+        worker = self._worker
+        if not self.up:
+            raise UnavailableError(
+                f"model instance '{self._spec.name}': its worker process is restarting"
+            )
+        if worker.watched is None:
+            loop = asyncio.get_running_loop()
+            with worker.lock:
+                worker.watched = loop
+            loop.add_reader(worker.channel.fileno(), self._on_answer, worker)
+        batch, fds = self._place(worker, requests)
+        for item, request in zip(batch, requests, strict=True):
+            request.on_cancel(_cancel_hook(worker, item["key"]))
+        worker.pending = (requests, timing, finished)
+        worker.executing_since = time.monotonic()
+        try:
+            worker.channel.send(
+                {"kind": "execute", "batch": batch, "arena_size": worker.inputs.size}, fds
+            )
+        except ChannelClosed:
+            return  # the loop reads the connection's end and fails the batch there
+        timing.mark_input_done()
+
+    def _on_answer(self, worker: _Worker) -> None:
+        """On the loop: the worker's answer to the batch ``begin`` sent, or its end."""
+        try:
+            done, fds = worker.channel.recv()
+        except ChannelClosed:
+            self._unwatch(worker)
+            return
+        pending, worker.pending = worker.pending, None
+        worker.executing_since = 0.0
+        if pending is None:
+            return
+        requests, timing, finished = pending
+        timing.mark_infer_done()
+        try:
+            outcome: Sequence[InferenceResponse | None] | ServerError = _answered(
+                worker, requests, done, fds
+            )
+        except ServerError as exc:
+            outcome = exc
+        finished(outcome)
+
+    def _unwatch(self, worker: _Worker) -> None:
+        """The worker's batch connection ended: stop reading it, fail the batch in flight
+        with the reason its death is reported with."""
+        assert worker.watched is not None
+        worker.watched.remove_reader(worker.channel.fileno())
+        worker.channel.close()
+        pending, worker.pending = worker.pending, None
+        worker.executing_since = 0.0
+        if pending is not None:
+            # The events reader sees the same end at once and names the cause.
+            worker.dead.wait(_DEATH_REPORT_S)
+            pending[2](InternalError(worker.death_text or "the model's worker process died"))
 
     def _place(
         self, worker: _Worker, requests: Sequence[InferenceRequest]
@@ -511,6 +577,23 @@ class ProcessInstance(BackendInstance):
             header["inputs"] = [next(refs) for _ in request.inputs]
             batch.append(header)
         return batch, fds
+
+
+def _answered(
+    worker: _Worker, requests: Sequence[InferenceRequest], done: dict[str, Any], fds: list[int]
+) -> list[InferenceResponse | None]:
+    """The responses of a worker's answer to a batch (raises the failure it reports)."""
+    assert worker.outputs is not None  # set by the handshake
+    if fds:
+        worker.outputs = _regrown(worker.outputs, fds[0])
+    worker.last_heard = time.monotonic()
+    worker.metrics.apply(done["metrics"])
+    built = _responses(worker.outputs, done)
+    if done["failure"] is not None:
+        raise ServerError.from_code(*done["failure"])
+    for request, again in zip(requests, done["reschedule"], strict=True):
+        request.reschedule = again
+    return built
 
 
 def _regrown(arena: Arena, fd: int) -> Arena:
