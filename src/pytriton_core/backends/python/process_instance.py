@@ -218,7 +218,7 @@ class _Worker:
 
     def __init__(self, model: ProcessModel, name: str, init: Mapping[str, Any]) -> None:
         self.name = name
-        self.channel, theirs = channel_pair()
+        self.channel, theirs = channel_pair(alternating=True)
         self.events, their_events = channel_pair()
         self.inputs = Arena.create(0)
         self.calls = ServedCalls(self.events, model.server, model.waits, Caller(model.key, name))

@@ -44,6 +44,7 @@ _ALIGN = 64
 HEADER_BYTES = 64  # the worker arena's header: bytes written, bytes taken (two u64)
 _COUNTERS = struct.Struct("<QQ")
 MIN_ARENA_BYTES = 1 << 20
+_ALTERNATING_READ = 16384  # a batch's or an answer's control message mostly fits
 
 
 class ChannelClosed(Exception):
@@ -51,11 +52,19 @@ class ChannelClosed(Exception):
 
 
 class Channel:
-    """One end of the control connection. ``send`` may be called from several threads."""
+    """One end of the control connection. ``send`` may be called from several threads.
 
-    def __init__(self, sock: socket.socket) -> None:
+    ``alternating``: the two sides take turns (a batch, then its answer), so the peer never
+    has a second message on the way while one is read: ``recv`` then reads a small message
+    whole in one system call (the length prefix and the payload together), instead of the
+    prefix first. Elsewhere it reads the prefix exactly, so descriptors passed with one
+    message are never read with the end of the one before.
+    """
+
+    def __init__(self, sock: socket.socket, alternating: bool = False) -> None:
         self._sock = sock
         self._send_lock = threading.Lock()
+        self._first_read = _ALTERNATING_READ if alternating else _LENGTH.size
 
     def fileno(self) -> int:
         return self._sock.fileno()
@@ -76,14 +85,20 @@ class Channel:
     def recv(self) -> tuple[Any, list[int]]:
         """The next message and the descriptors that came with it (the caller owns them)."""
         try:
-            head, fds, _flags, _addr = socket.recv_fds(self._sock, _LENGTH.size, 8)
+            head, fds, _flags, _addr = socket.recv_fds(self._sock, self._first_read, 8)
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
         if not head:
             raise ChannelClosed("connection closed")
-        head = head + self._read(_LENGTH.size - len(head))
-        (length,) = _LENGTH.unpack(head)
-        return pickle.loads(self._read(length)), list(fds)
+        if len(head) < _LENGTH.size:
+            head = head + self._read(_LENGTH.size - len(head))
+        (length,) = _LENGTH.unpack_from(head)
+        payload = memoryview(head)[_LENGTH.size :]
+        if len(payload) > length:  # the peer did not take turns: a broken protocol
+            raise ChannelClosed("a second message came before the first was answered")
+        if len(payload) < length:
+            return pickle.loads(bytes(payload) + self._read(length - len(payload))), list(fds)
+        return pickle.loads(payload), list(fds)
 
     def _read(self, count: int) -> bytes:
         chunks = []
@@ -106,10 +121,10 @@ class Channel:
         self._sock.close()
 
 
-def channel_pair() -> tuple[Channel, socket.socket]:
+def channel_pair(alternating: bool = False) -> tuple[Channel, socket.socket]:
     """The server's channel and the socket to hand to the worker."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    return Channel(ours), theirs
+    return Channel(ours, alternating), theirs
 
 
 def _shared_file(size: int) -> int:

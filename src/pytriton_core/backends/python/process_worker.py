@@ -220,5 +220,5 @@ def auto_complete(asked: str, answer: str) -> None:
 
 
 def main(fd: int, events_fd: int) -> None:
-    channel = Channel(socket.socket(fileno=fd))
+    channel = Channel(socket.socket(fileno=fd), alternating=True)
     _Worker(channel, Channel(socket.socket(fileno=events_fd))).run()
