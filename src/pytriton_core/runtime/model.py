@@ -144,6 +144,10 @@ class Model:
         self._rate_limiter = services.rate_limiter
         self._rate_limit_slots: list[InstanceSlot] = []
         self._deferral = services.deferral
+        # How ``execute_direct`` sends its statistics to the loop (made once: per call).
+        self._defer_counts = functools.partial(
+            services.deferral.defer, self._loop.call_soon_threadsafe
+        )
         # A BLS call may execute on its caller's thread (``execute_direct``) where the
         # default scheduler would hand a lone request to the next idle instance and
         # nothing about the response is kept or ordered here.
@@ -275,8 +279,10 @@ class Model:
             and not self._scheduler.pending_count()  # queued requests go first
         ):
             return False
-        instance = next((i for i in self._instances if i.claim()), None)
-        if instance is None:
+        for instance in self._instances:
+            if instance.claim():
+                break
+        else:
             return False
         try:
             self._admit(request)
@@ -288,7 +294,7 @@ class Model:
         end_ns = time.monotonic_ns()
         if request.trace is not None:
             _trace_compute(request, timing)
-        schedule = functools.partial(self._deferral.defer, self._loop.call_soon_threadsafe)
+        schedule = self._defer_counts
         if isinstance(responses, ServerError):
             schedule(self._count_failed_execution, [request], responses, end_ns)
             request.deliver(InferenceResponse.failed(responses), True)
