@@ -90,6 +90,8 @@ class _Level:
 
 
 class DynamicBatchScheduler(Scheduler):
+    hands_over_per_turn = True
+
     def __init__(self, settings: BatchingSettings, reject: RejectRequest) -> None:
         self._settings = settings
         self._reject = reject
@@ -114,6 +116,27 @@ class DynamicBatchScheduler(Scheduler):
             self._reaper.start()
 
     def enqueue(self, request: InferenceRequest) -> None:
+        self._enqueue(request, wake=True)
+
+    def enqueue_for_turn(self, request: InferenceRequest) -> None:
+        self._enqueue(request, wake=False)
+
+    def wake(self) -> None:
+        with self._cond:
+            if self._count:
+                self._cond.notify()
+
+    def take_ready_batch(self) -> list[InferenceRequest]:
+        with self._cond:
+            if self._stopping:
+                return []
+            now = time.monotonic_ns()
+            self._expire(now)
+            batch, _ = self._form_batch(now)
+            self._count -= len(batch)
+            return batch
+
+    def _enqueue(self, request: InferenceRequest, *, wake: bool) -> None:
         self.refuse_if_stopped()
         levels = len(self._levels)
         level = (
@@ -130,7 +153,8 @@ class DynamicBatchScheduler(Scheduler):
                 raise UnavailableError("Exceeds maximum queue size")
             queue.waiting.append(_Entry(request, deadline, time.monotonic_ns()))
             self._count += 1
-            self._cond.notify()
+            if wake:
+                self._cond.notify()
             if deadline:
                 self._deadline_cond.notify()
 
