@@ -28,6 +28,11 @@ input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 dynamic_batching { }
 """
+# The same with an optional input Y: requests with and without it never share a batch.
+OPTIONAL_CONFIG = CONFIG.replace(
+    "dims: [ 1 ] } ]\noutput",
+    'dims: [ 1 ] }, { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] optional: true } ]\noutput',
+)
 
 
 class _Recorder(BackendModel, BackendInstance):
@@ -45,16 +50,20 @@ class _Recorder(BackendModel, BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         values = [float(r.inputs["X"].data[0, 0]) for r in requests]
         self.batches.append((values, threading.current_thread().name))
-        return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
+        return [InferenceResponse(outputs=[r.inputs["X"]]) for r in requests]
 
 
 def _request(value: float, answers: dict[float, InferenceResponse]) -> InferenceRequest:
-    x = Tensor("X", types.BY_WIRE_NAME["FP32"], np.full((1, 1), value, np.float32))
+    """A request of X = ``value``; a value over 100 also carries the optional input Y."""
+    fp32 = types.BY_WIRE_NAME["FP32"]
+    inputs = {"X": Tensor("X", fp32, np.full((1, 1), value, np.float32))}
+    if value > 100:
+        inputs["Y"] = Tensor("Y", fp32, np.zeros((1, 1), np.float32))
 
     def on_response(response: InferenceResponse, final: bool) -> None:
         answers[value] = response
 
-    return InferenceRequest("batched", inputs={"X": x}, on_response=on_response)
+    return InferenceRequest("batched", inputs=inputs, on_response=on_response)
 
 
 async def _answered(answers: dict[float, InferenceResponse], count: int) -> None:
@@ -66,14 +75,14 @@ async def _answered(answers: dict[float, InferenceResponse], count: int) -> None
 
 
 def _run(
-    backend: _Recorder, values_per_turn: Sequence[Sequence[float]]
+    backend: _Recorder, values_per_turn: Sequence[Sequence[float]], config_text: str = CONFIG
 ) -> tuple[dict[float, InferenceResponse], list[tuple[list[float], str]]]:
     """Warm the instance up with lone requests (so it may execute inline), then submit each
     group of ``values_per_turn`` in one loop turn and wait for all answers; the batches
     executed after the warm-up are returned."""
 
     async def scenario() -> tuple[dict[float, InferenceResponse], list[tuple[list[float], str]]]:
-        config = parse_config_text(CONFIG, "test")
+        config = parse_config_text(config_text, "test")
         normalize_config(config)
         validate_config(config)
         spec = ModelSpec.from_config(config, 1)
@@ -123,3 +132,8 @@ def test_a_request_cancelled_within_its_turn_never_executes() -> None:
     assert [b for b, _ in batches] == [[8, 9]]
     error = answers[-7].error
     assert error is not None and error.code is ErrorCode.CANCELLED
+
+
+def test_requests_with_and_without_an_optional_input_are_never_merged() -> None:
+    _, batches = _run(_Recorder(loop_execution=True), [[101, 102, 3, 4, 105]], OPTIONAL_CONFIG)
+    assert [b for b, _ in batches] == [[101, 102], [3, 4], [105]]
