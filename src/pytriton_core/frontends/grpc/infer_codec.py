@@ -1,6 +1,8 @@
 """ModelInferRequest → core request, core response → ModelInferResponse (unary and stream).
 
-Raw inputs become numpy views over the received message bytes (``wire.split_field``), typed
+The common request is read from the wire by the compiled walk (``wire.walk_infer_request``);
+the others are parsed by protobuf (``read_request``). Raw inputs become numpy views over the
+received message bytes, typed
 ``contents`` are converted to the binary form and decoded by the same code; raw outputs are
 written from the tensors' memory after the protobuf header, one entry per output, aligned
 with ``outputs`` as the clients require. Shared-memory inputs are views of the client's
@@ -149,19 +151,9 @@ def decode_infer_request(service: InferenceService, data: bytes, *, unary: bool)
     return _decode_message(service, message, raw, unary=unary)
 
 
-# (model_name, model_version, id, parameters, inputs, outputs, raw), as the walk gives them.
-_Walked = tuple[
-    str,
-    str,
-    str,
-    dict[str, tuple[str | None, object]] | None,
-    list[tuple[str, str, list[int]]],
-    list[str],
-    list[memoryview],
-]
-
-
-def _decode_walked(service: InferenceService, walked: _Walked, unary: bool) -> DecodedInfer | None:
+def _decode_walked(
+    service: InferenceService, walked: wire.WalkedRequest, unary: bool
+) -> DecodedInfer | None:
     """The walked message's core request; None where the general decode must answer."""
     model_name, model_version, request_id, parameters, inputs, outputs, raw = walked
     if len(inputs) != len(raw):  # some input without data, or data for no input: an error
