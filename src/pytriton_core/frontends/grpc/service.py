@@ -84,23 +84,24 @@ def answering_errors(
             if verbose:
                 log.debug("Process for %s, rpc_ok=1, %d step COMPLETE", handler, number)
                 log.debug("Done for %s, %d", handler, number)
-        await abort_with(context, failure)
+        status, message = status_of(failure)
+        del failure
+        await context.abort(status, message)
 
     return call
 
 
-async def abort_with(context: grpc.aio.ServicerContext, failure: ServerError | None) -> None:
-    """End the call with the status ``failure``'s code maps to, and its message.
+def status_of(failure: ServerError | None) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status ``failure``'s code maps to, and its message.
 
-    Called outside the except clause and with the error dropped first: grpc.aio keeps the
-    exception its abort raises after the call ends, and that one would otherwise hold ours
-    (as its context, or through the caller's frame), whose traceback holds the request's
-    frames, tensors and all (found by the leak check, tests/integration/leaks.py).
+    The callers drop the error (and the request) before they abort, outside the except
+    clause: grpc.aio keeps the exception its abort raises after the call ends, and that one
+    would otherwise hold ours (as its context, or through the caller's frame), whose
+    traceback holds the request's frames, tensors and all (found by the leak check,
+    tests/integration/leaks.py).
     """
     assert failure is not None
-    status, message = grpc.StatusCode[failure.grpc_status_name], failure.message
-    del failure
-    await context.abort(status, message)
+    return grpc.StatusCode[failure.grpc_status_name], failure.message
 
 
 def _snake_case(name: str) -> str:
@@ -199,6 +200,7 @@ class GrpcInferenceService(SharedMemoryRpcs):
                 answer: bytes = await answering(data, context)
                 return answer
             failure: ServerError | None = None
+            decoded: DecodedInfer | None = None
             try:
                 decoded = self._infer_request(data, context)
                 return _infer_answer(decoded, await infer(decoded.model, decoded.request))
@@ -207,7 +209,9 @@ class GrpcInferenceService(SharedMemoryRpcs):
             except Exception as exc:
                 log.exception("ModelInfer failed")
                 failure = InternalError(f"{type(exc).__name__}: {exc}")
-            await abort_with(context, failure)
+            status, message = status_of(failure)
+            del failure, decoded  # (status_of says why)
+            await context.abort(status, message)
             raise AssertionError("context.abort returned")  # it always raises
 
         return call
