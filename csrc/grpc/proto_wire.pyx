@@ -31,12 +31,13 @@ class WireError(ValueError):
     """The received bytes are not a well-formed protobuf message."""
 
 
-cdef inline Py_ssize_t _read_varint(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
-                                    unsigned long long* value) except -1:
+cdef inline Py_ssize_t _varint(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
+                               unsigned long long* value, int longest) noexcept:
+    """The position after a varint of at most ``longest`` bytes, or -1."""
     cdef unsigned long long result = 0
     cdef int shift = 0
     cdef unsigned char byte
-    while pos < end:
+    while pos < end and shift < 7 * longest:
         byte = data[pos]
         pos += 1
         result |= (<unsigned long long>(byte & 0x7F)) << shift
@@ -44,9 +45,15 @@ cdef inline Py_ssize_t _read_varint(const unsigned char* data, Py_ssize_t pos, P
             value[0] = result
             return pos
         shift += 7
-        if shift > 63:
-            break
-    raise WireError("malformed varint")
+    return -1
+
+
+cdef inline Py_ssize_t _read_varint(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
+                                    unsigned long long* value) except -1:
+    pos = _varint(data, pos, end, value, 10)
+    if pos < 0:
+        raise WireError("malformed varint")
+    return pos
 
 
 cdef Py_ssize_t _skip_group(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
@@ -293,18 +300,10 @@ cdef struct _Field:
 cdef inline Py_ssize_t _short_varint(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
                                      unsigned long long* value) except -1:
     """A varint of at most 9 bytes (63 bits); a longer one is left to protobuf."""
-    cdef unsigned long long result = 0
-    cdef int shift = 0
-    cdef unsigned char byte
-    while pos < end and shift < 63:
-        byte = data[pos]
-        pos += 1
-        result |= (<unsigned long long>(byte & 0x7F)) << shift
-        if byte < 0x80:
-            value[0] = result
-            return pos
-        shift += 7
-    raise _Unusual()
+    pos = _varint(data, pos, end, value, 9)
+    if pos < 0:
+        raise _Unusual()
+    return pos
 
 
 cdef Py_ssize_t _next_field(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
