@@ -141,13 +141,12 @@ def _grpc_stages(service: Any, model: Any, instance: Any) -> dict[str, Callable[
     data = message.SerializeToString()
 
     def decode() -> object:
-        header, raw = grpc_codec.read_request(data)
-        return grpc_codec.decode_infer_request(service, header, raw, unary=True)
+        return grpc_codec.decode_infer_request(service, data, unary=True)
 
     decoded = decode()
     response = instance.execute([decoded.request], ComputeTiming())[0]
     return {
-        "decode (raw split, protobuf header, core request)": decode,
+        "decode (compiled walk, core request)": decode,
         "encode": lambda: grpc_codec.encode_infer_response(decoded, response),
     }
 

@@ -31,12 +31,13 @@ class WireError(ValueError):
     """The received bytes are not a well-formed protobuf message."""
 
 
-cdef inline Py_ssize_t _read_varint(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
-                                    unsigned long long* value) except -1:
+cdef inline Py_ssize_t _varint(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
+                               unsigned long long* value, int longest) noexcept:
+    """The position after a varint of at most ``longest`` bytes, or -1."""
     cdef unsigned long long result = 0
     cdef int shift = 0
     cdef unsigned char byte
-    while pos < end:
+    while pos < end and shift < 7 * longest:
         byte = data[pos]
         pos += 1
         result |= (<unsigned long long>(byte & 0x7F)) << shift
@@ -44,9 +45,15 @@ cdef inline Py_ssize_t _read_varint(const unsigned char* data, Py_ssize_t pos, P
             value[0] = result
             return pos
         shift += 7
-        if shift > 63:
-            break
-    raise WireError("malformed varint")
+    return -1
+
+
+cdef inline Py_ssize_t _read_varint(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
+                                    unsigned long long* value) except -1:
+    pos = _varint(data, pos, end, value, 10)
+    if pos < 0:
+        raise WireError("malformed varint")
+    return pos
 
 
 cdef Py_ssize_t _skip_group(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
@@ -264,3 +271,189 @@ def infer_response_header(str model_name not None, str model_version not None,
         _put_tag_len(out, 5, len(tensor))
         out += tensor
     return bytes(out)
+
+
+# ------------------------------------------------------------- ModelInferRequest walker
+
+# The common ModelInferRequest, read straight from the wire: names, datatypes, shapes, the
+# request's parameters of every InferParameter member, requested outputs by name, and the raw
+# contents as views. Anything else (typed contents, a tensor's or an output's parameters,
+# unknown fields, groups, 32-bit fields, 10-byte varints, malformed bytes, invalid UTF-8)
+# makes the walk give up with None, and the caller parses the message with protobuf: its
+# rules and error messages stay the only ones (tools/fuzz/grpc_infer.py checks that a
+# message the walk accepts is one protobuf parses to the same fields).
+
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+
+class _Unusual(Exception):
+    """A field the walk leaves to protobuf."""
+
+
+cdef struct _Field:
+    unsigned long long number
+    int wire_type
+    Py_ssize_t start  # a length-delimited field: where its value starts
+    unsigned long long value  # a varint's value, a length, or a fixed 64-bit field's bits
+
+
+cdef inline Py_ssize_t _short_varint(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
+                                     unsigned long long* value) except -1:
+    """A varint of at most 9 bytes (63 bits); a longer one is left to protobuf."""
+    pos = _varint(data, pos, end, value, 9)
+    if pos < 0:
+        raise _Unusual()
+    return pos
+
+
+cdef Py_ssize_t _next_field(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
+                            _Field* field) except -1:
+    cdef unsigned long long tag
+    pos = _short_varint(data, pos, end, &tag)
+    field.number = tag >> 3
+    field.wire_type = tag & 7
+    if field.number == 0:
+        raise _Unusual()
+    if field.wire_type == _VARINT:
+        return _short_varint(data, pos, end, &field.value)
+    if field.wire_type == _LEN:
+        pos = _short_varint(data, pos, end, &field.value)
+        if field.value > <unsigned long long>(end - pos):
+            raise _Unusual()
+        field.start = pos
+        return pos + <Py_ssize_t>field.value
+    if field.wire_type == _I64:
+        if end - pos < 8:
+            raise _Unusual()
+        memcpy(&field.value, data + pos, 8)  # little-endian hosts: the wire's byte order
+        return pos + 8
+    raise _Unusual()
+
+
+cdef inline str _text(const unsigned char* data, _Field* field):
+    """A string field's value; invalid UTF-8 raises (protobuf refuses it in proto3)."""
+    return PyUnicode_DecodeUTF8(<const char*>data + field.start, <Py_ssize_t>field.value, NULL)
+
+
+cdef void _parameter(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end,
+                     dict parameters) except *:
+    """One ``map<string, InferParameter>`` entry into ``parameters``: key -> (the oneof
+    member's name or None, its value). Repeated keys: the last wins; a value given twice is
+    merged, as protobuf does (the member set last wins)."""
+    cdef _Field field, member
+    cdef Py_ssize_t value_pos
+    cdef double number
+    key = ""
+    which = None
+    value = None
+    while pos < end:
+        pos = _next_field(data, pos, end, &field)
+        if field.number == 1 and field.wire_type == _LEN:
+            key = _text(data, &field)
+        elif field.number == 2 and field.wire_type == _LEN:
+            value_pos = field.start
+            while value_pos < pos:
+                value_pos = _next_field(data, value_pos, pos, &member)
+                if member.number == 1 and member.wire_type == _VARINT:
+                    which, value = "bool_param", member.value != 0
+                elif member.number == 2 and member.wire_type == _VARINT:
+                    which, value = "int64_param", <long long>member.value
+                elif member.number == 3 and member.wire_type == _LEN:
+                    which, value = "string_param", _text(data, &member)
+                elif member.number == 4 and member.wire_type == _I64:
+                    memcpy(&number, &member.value, 8)
+                    which, value = "double_param", number
+                elif member.number == 5 and member.wire_type == _VARINT:
+                    which, value = "uint64_param", member.value
+                else:
+                    raise _Unusual()
+        else:
+            raise _Unusual()
+    parameters[key] = (which, value)
+
+
+cdef tuple _input(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end):
+    """An InferInputTensor without parameters or contents: (name, datatype, shape)."""
+    cdef _Field field
+    cdef Py_ssize_t dim_pos
+    cdef unsigned long long dim
+    name = ""
+    datatype = ""
+    cdef list shape = []
+    while pos < end:
+        pos = _next_field(data, pos, end, &field)
+        if field.number == 1 and field.wire_type == _LEN:
+            name = _text(data, &field)
+        elif field.number == 2 and field.wire_type == _LEN:
+            datatype = _text(data, &field)
+        elif field.number == 3 and field.wire_type == _LEN:  # packed, as clients send it
+            dim_pos = field.start
+            while dim_pos < pos:
+                dim_pos = _short_varint(data, dim_pos, pos, &dim)
+                shape.append(<long long>dim)
+        elif field.number == 3 and field.wire_type == _VARINT:
+            shape.append(<long long>field.value)
+        else:
+            raise _Unusual()
+    return name, datatype, shape
+
+
+cdef str _output(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end):
+    """An InferRequestedOutputTensor without parameters: its name."""
+    cdef _Field field
+    name = ""
+    while pos < end:
+        pos = _next_field(data, pos, end, &field)
+        if field.number == 1 and field.wire_type == _LEN:
+            name = _text(data, &field)
+        else:
+            raise _Unusual()
+    return name
+
+
+def walk_infer_request(bytes data not None):
+    """A common ModelInferRequest's fields, or None to leave the message to protobuf.
+
+    (model_name, model_version, id, parameters: {key: (member name or None, value)} or
+    None, inputs: [(name, datatype, shape)], outputs: [name], raw_input_contents as views).
+    """
+    cdef const unsigned char* p = data
+    cdef Py_ssize_t end = len(data)
+    cdef Py_ssize_t pos = 0
+    cdef _Field field
+    model_name = ""
+    model_version = ""
+    request_id = ""
+    parameters = None
+    cdef list inputs = []
+    cdef list outputs = []
+    cdef list raw = []
+    view = None
+    try:
+        while pos < end:
+            pos = _next_field(p, pos, end, &field)
+            if field.wire_type != _LEN:
+                raise _Unusual()
+            if field.number == 7:
+                if view is None:
+                    view = memoryview(data)
+                raw.append(view[field.start:pos])
+            elif field.number == 5:
+                inputs.append(_input(p, field.start, pos))
+            elif field.number == 1:
+                model_name = _text(p, &field)
+            elif field.number == 2:
+                model_version = _text(p, &field)
+            elif field.number == 3:
+                request_id = _text(p, &field)
+            elif field.number == 4:
+                if parameters is None:
+                    parameters = {}
+                _parameter(p, field.start, pos, parameters)
+            elif field.number == 6:
+                outputs.append(_output(p, field.start, pos))
+            else:
+                raise _Unusual()
+    except (_Unusual, UnicodeDecodeError):
+        return None
+    return model_name, model_version, request_id, parameters, inputs, outputs, raw

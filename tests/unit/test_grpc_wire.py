@@ -193,3 +193,86 @@ def test_response_header_is_what_protobuf_writes(
     assert parsed == expected
     for key, kind, _ in parameters:  # the member set, even to its default value
         assert parsed.parameters[key].WhichOneof("parameter_choice") == kind
+
+
+# ------------------------------------------------------------- the ModelInferRequest walk
+
+
+def _common_request() -> Any:
+    request = ModelInferRequest(model_name="m", model_version="2", id="é-1")
+    request.parameters["sequence_id"].int64_param = 7
+    request.parameters["sequence_start"].bool_param = False  # set to the default: still set
+    request.parameters["priority"].uint64_param = 3
+    request.parameters["ratio"].double_param = -0.25
+    request.parameters["note"].string_param = "ü"
+    request.parameters["empty"].SetInParent()  # no member of the oneof set
+    request.inputs.add(name="IN0", datatype="FP32", shape=[1, 4])
+    request.inputs.add(name="IN1", datatype="BYTES", shape=[])
+    request.outputs.add(name="OUT0")
+    request.raw_input_contents.extend([b"\0" * 16, b""])
+    return request
+
+
+def _walked_as_protobuf_reads(request: Any) -> tuple[object, ...]:
+    parameters = {
+        key: infer_codec._parameter_member(value) for key, value in request.parameters.items()
+    }
+    return (
+        request.model_name,
+        request.model_version,
+        request.id,
+        parameters or None,
+        [(i.name, i.datatype, list(i.shape)) for i in request.inputs],
+        [o.name for o in request.outputs],
+        list(request.raw_input_contents),
+    )
+
+
+def test_walk_reads_the_common_request_as_protobuf_does() -> None:
+    request = _common_request()
+    walked = wire.walk_infer_request(request.SerializeToString())
+    assert walked is not None
+    *fields, raw = walked
+    assert (*fields, [bytes(entry) for entry in raw]) == _walked_as_protobuf_reads(request)
+    assert all(isinstance(entry, memoryview) for entry in raw)
+
+
+def test_walk_takes_repeated_fields_as_protobuf_merges_them() -> None:
+    first, second = ModelInferRequest(model_name="a"), ModelInferRequest(model_name="b")
+    first.parameters["k"].int64_param = 1
+    second.parameters["k"].string_param = "last"
+    second.inputs.add(name="X", datatype="INT8", shape=[2])
+    data = first.SerializeToString() + second.SerializeToString()
+    unpacked_shape = bytes([0x2A, 4, 0x18, 2, 0x18, 3])  # inputs { shape: 2 shape: 3 } unpacked
+    walked = wire.walk_infer_request(data + unpacked_shape)
+    merged = ModelInferRequest.FromString(data + unpacked_shape)
+    assert walked is not None
+    assert tuple(walked) == _walked_as_protobuf_reads(merged)
+
+
+def _unusual_requests() -> list[bytes]:
+    contents = ModelInferRequest()
+    contents.inputs.add(name="X", datatype="INT32").contents.int_contents.append(1)
+    tensor_parameters = ModelInferRequest()
+    tensor_parameters.inputs.add(name="X").parameters["shared_memory_region"].string_param = "r"
+    output_parameters = ModelInferRequest()
+    output_parameters.outputs.add(name="Y").parameters["classification"].int64_param = 2
+    negative = ModelInferRequest()
+    negative.inputs.add(name="X", shape=[-1])  # a 10-byte varint
+    valid = ModelInferRequest(model_name="m").SerializeToString()
+    return [
+        contents.SerializeToString(),
+        tensor_parameters.SerializeToString(),
+        output_parameters.SerializeToString(),
+        negative.SerializeToString(),
+        valid + b"\x48\x01",  # an unknown field (9)
+        valid + b"\x0d\0\0\0\0",  # a 32-bit field
+        b"\x0a\x02\xc3\x28",  # model_name, invalid UTF-8
+        b"\x0a\x05ab",  # truncated
+        b"\x00\x00",  # field number 0
+    ]
+
+
+@pytest.mark.parametrize("data", _unusual_requests())
+def test_walk_leaves_the_rest_to_protobuf(data: bytes) -> None:
+    assert wire.walk_infer_request(data) is None

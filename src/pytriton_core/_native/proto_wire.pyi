@@ -19,3 +19,17 @@ def infer_response_header(
     parameters: Sequence[tuple[str, str, bool | int | float | str]],
     outputs: Sequence[tuple[str, str, Sequence[int]]],
 ) -> bytes: ...
+
+# (model_name, model_version, id, parameters: key -> (member name or None, value), inputs:
+# (name, datatype, shape), outputs by name, raw_input_contents as views)
+WalkedRequest = tuple[
+    str,
+    str,
+    str,
+    dict[str, tuple[str | None, object]] | None,
+    list[tuple[str, str, list[int]]],
+    list[str],
+    list[memoryview],
+]
+
+def walk_infer_request(data: bytes) -> WalkedRequest | None: ...

@@ -1,6 +1,8 @@
 """ModelInferRequest → core request, core response → ModelInferResponse (unary and stream).
 
-Raw inputs become numpy views over the received message bytes (``wire.split_field``), typed
+The common request is read from the wire by the compiled walk (``wire.walk_infer_request``);
+the others are parsed by protobuf (``read_request``). Raw inputs become numpy views over the
+received message bytes, typed
 ``contents`` are converted to the binary form and decoded by the same code; raw outputs are
 written from the tensors' memory after the protobuf header, one entry per output, aligned
 with ``outputs`` as the clients require. Shared-memory inputs are views of the client's
@@ -12,7 +14,7 @@ end shares (``core.parameters``, ``core.tensor_data``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,7 @@ from google.protobuf.message import DecodeError
 from pytriton_core import proto, types
 from pytriton_core._native import proto_wire as wire
 from pytriton_core._native.bytes_codec import serialize_bytes_tensor
-from pytriton_core.errors import InvalidArgumentError, UnsupportedError
+from pytriton_core.errors import InvalidArgumentError, ServerError, UnsupportedError
 from pytriton_core.frontends.infer_rules import (
     REGION,
     check_shm_output,
@@ -97,6 +99,7 @@ class DecodedInfer:
     model_name: str
     model_version: str
     enable_empty_final_response: bool = False
+    received_ns: int = 0  # when the front end got the message (traces)
     # Output name -> where it goes, for outputs requested in shared memory.
     shm_outputs: dict[str, ShmOutput] = dataclasses.field(default_factory=dict)
 
@@ -110,6 +113,15 @@ def read_request(data: bytes) -> tuple[Any, list[memoryview]]:
         raise InvalidArgumentError(f"failed to parse the ModelInferRequest: {exc}") from None
 
 
+def request_id_of(data: bytes) -> str:
+    """The id a request that could not be decoded names, "" if it names none (stream errors)."""
+    try:
+        request_id: str = read_request(data)[0].id
+    except InvalidArgumentError:
+        return ""
+    return request_id
+
+
 def forward_metadata(request: InferenceRequest, context: Any, options: GrpcOptions) -> None:
     """``--grpc-header-forward-pattern``: matching metadata become request parameters."""
     pattern = compile_pattern(options.header_forward_pattern)
@@ -118,38 +130,119 @@ def forward_metadata(request: InferenceRequest, context: Any, options: GrpcOptio
         forward_headers(request, ((str(k), str(v)) for k, v in metadata), pattern)
 
 
-def decode_infer_request(
-    service: InferenceService, message: Any, raw: list[memoryview], *, unary: bool
+def decode_infer_request(service: InferenceService, data: bytes, *, unary: bool) -> DecodedInfer:
+    """A core request for a serialized ModelInferRequest; the model validates it when it is
+    submitted.
+
+    The common message (raw contents, scalar parameters, outputs by name) is read by the
+    compiled walk (``proto_wire.walk_infer_request``); the rest, and any message the walk
+    gives up on or whose decode fails, goes through protobuf, so that its rules and its
+    error messages are the only ones.
+    """
+    walked = wire.walk_infer_request(data)
+    if walked is not None:
+        try:
+            decoded = _decode_walked(service, walked, unary)
+        except ServerError:
+            decoded = None  # the decode below refuses it too, in the general path's words
+        if decoded is not None:
+            return decoded
+    message, raw = read_request(data)
+    return _decode_message(service, message, raw, unary=unary)
+
+
+def _decode_walked(
+    service: InferenceService, walked: wire.WalkedRequest, unary: bool
+) -> DecodedInfer | None:
+    """The walked message's core request; None where the general decode must answer."""
+    model_name, model_version, request_id, parameters, inputs, outputs, raw = walked
+    if len(inputs) != len(raw):  # some input without data, or data for no input: an error
+        return None
+    decoded = _begin(service, model_name, model_version, request_id, unary)
+    if parameters:
+        _apply_parameters(decoded, parameters.items())
+    tensors = decoded.request.inputs
+    for (name, wire_datatype, shape), data in zip(inputs, raw, strict=True):
+        datatype = datatype_from_wire(wire_datatype, name)
+        _check_shape(name, shape)
+        tensors[name] = _tensor(service, decoded, name, datatype, shape, data)
+    if outputs:
+        decoded.request.requested_outputs = {
+            name: requested_output(service, name, 0, None, decoded.shm_outputs) for name in outputs
+        }
+    return decoded
+
+
+def _begin(
+    service: InferenceService, model_name: str, model_version: str, request_id: str, unary: bool
 ) -> DecodedInfer:
-    """A core request for ``message``; the model validates it when it is submitted."""
-    model_name: str = message.model_name
-    model_version: str = message.model_version
     model = service.model(model_name, model_version)
     if unary and model.spec.decoupled:
         raise UnsupportedError(
             "ModelInfer RPC doesn't support models with decoupled transaction policy"
         )
-    request = InferenceRequest(model_name=model.name, model_version=model.version, id=message.id)
-    decoded = DecodedInfer(model, request, model_name, model_version)
-    parameters = message.parameters
-    for key, parameter in parameters.items() if parameters else ():
-        value = _parameter_value(parameter)
+    request = InferenceRequest(model_name=model.name, model_version=model.version, id=request_id)
+    return DecodedInfer(model, request, model_name, model_version)
+
+
+def _apply_parameters(
+    decoded: DecodedInfer, parameters: Iterable[tuple[str, tuple[str | None, object]]]
+) -> None:
+    """The request's parameters: key, (the InferParameter member set or None, its value)."""
+    for key, (which, value) in parameters:
         if key in _SEQUENCE_PARAMETERS:
-            value = _sequence_parameter(key, parameter)
+            value = _sequence_parameter(key, which, value)
         if key == EMPTY_FINAL_RESPONSE:
             if not isinstance(value, bool):
                 raise InvalidArgumentError(f"Unable to parse '{key}', expecting a bool")
             decoded.enable_empty_final_response = value
-        apply_request_parameter(request, key, value, allowed_reserved=(EMPTY_FINAL_RESPONSE,))
+        apply_request_parameter(
+            decoded.request, key, value, allowed_reserved=(EMPTY_FINAL_RESPONSE,)
+        )
+
+
+def _tensor(
+    service: InferenceService,
+    decoded: DecodedInfer,
+    name: str,
+    datatype: types.DataType,
+    shape: list[int],
+    data: Buffer,
+) -> Tensor:
+    array = array_from_bytes(
+        data,
+        datatype,
+        shape,
+        input_name=name,
+        model_name=decoded.model.name,
+        request_id=decoded.request.id,
+        max_bytes_elements=service.options.limits.max_bytes_elements,
+    )
+    return Tensor(name, datatype, array)
+
+
+def _check_shape(name: str, shape: list[int]) -> None:
+    if shape and min(shape) < 0:
+        raise InvalidArgumentError(
+            f"Unable to parse 'shape' for input '{name}': expecting unsigned integers"
+        )
+
+
+def _decode_message(
+    service: InferenceService, message: Any, raw: list[memoryview], *, unary: bool
+) -> DecodedInfer:
+    """The general decode, from protobuf's parse of the message."""
+    decoded = _begin(service, message.model_name, message.model_version, message.id, unary)
+    model, request = decoded.model, decoded.request
+    parameters = message.parameters
+    if parameters:
+        _apply_parameters(decoded, ((k, _parameter_member(p)) for k, p in parameters.items()))
     next_raw = 0
     for entry in message.inputs:
         name: str = entry.name
         datatype = datatype_from_wire(entry.datatype, name)
         shape = list(entry.shape)
-        if shape and min(shape) < 0:
-            raise InvalidArgumentError(
-                f"Unable to parse 'shape' for input '{name}': expecting unsigned integers"
-            )
+        _check_shape(name, shape)
         if REGION in entry.parameters:
             if entry.HasField("contents"):
                 raise InvalidArgumentError(
@@ -181,16 +274,7 @@ def decode_infer_request(
                 )
             data = raw[next_raw]
             next_raw += 1
-        array = array_from_bytes(
-            data,
-            datatype,
-            shape,
-            input_name=name,
-            model_name=model.name,
-            request_id=request.id,
-            max_bytes_elements=service.options.limits.max_bytes_elements,
-        )
-        request.inputs[name] = Tensor(name, datatype, array)
+        request.inputs[name] = _tensor(service, decoded, name, datatype, shape, data)
     if next_raw < len(raw):  # as for too few: every raw entry must belong to an input
         raise InvalidArgumentError(
             f"unexpected additional input data for model '{model.name}': "
@@ -203,26 +287,26 @@ def decode_infer_request(
     return decoded
 
 
-def _parameter_value(parameter: Any) -> object:
-    """The Python value of an ``InferParameter`` (None when no member of the oneof is set)."""
+def _parameter_member(parameter: Any) -> tuple[str | None, object]:
+    """The member of an ``InferParameter``'s oneof that is set (or None), and its value."""
     which = parameter.WhichOneof("parameter_choice")
-    return None if which is None else getattr(parameter, which)
+    return which, None if which is None else getattr(parameter, which)
 
 
 _SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
 _UINT64_MASK = 2**64 - 1
 
 
-def _sequence_parameter(key: str, parameter: Any) -> object:
+def _sequence_parameter(key: str, which: str | None, value: object) -> object:
     """The sequence parameters in the kinds Triton's gRPC front end accepts: ``sequence_id``
     an int64 (a negative one read as the uint64 of its bits, as Triton casts it) or a
     string, ``sequence_start``/``sequence_end`` a bool."""
-    which = parameter.WhichOneof("parameter_choice")
     if key == "sequence_id":
         if which == "int64_param":
-            return parameter.int64_param & _UINT64_MASK
+            assert isinstance(value, int)
+            return value & _UINT64_MASK
         if which == "string_param":
-            return parameter.string_param
+            return value
         raise InvalidArgumentError(
             "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
         )
@@ -230,7 +314,7 @@ def _sequence_parameter(key: str, parameter: Any) -> object:
         raise InvalidArgumentError(
             f"invalid value type for '{key}' parameter, expected bool_param."
         )
-    return parameter.bool_param
+    return value
 
 
 class _ProtoParameters:
@@ -269,7 +353,7 @@ def _requested_output(
 ) -> RequestedOutput:
     class_count: object = 0
     if "classification" in output.parameters:
-        class_count = _parameter_value(output.parameters["classification"])
+        class_count = _parameter_member(output.parameters["classification"])[1]
     if not isinstance(class_count, int) or isinstance(class_count, bool) or class_count < 0:
         raise InvalidArgumentError(f"Unable to parse 'classification' for output '{output.name}'")
     region = None

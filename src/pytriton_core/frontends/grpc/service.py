@@ -21,15 +21,16 @@ from google.protobuf import json_format
 from pytriton_core import proto
 from pytriton_core.errors import InternalError, InvalidArgumentError, ServerError, UnsupportedError
 from pytriton_core.frontends.grpc.infer_codec import (
+    DecodedInfer,
     decode_infer_request,
     encode_infer_response,
     forward_metadata,
-    read_request,
 )
 from pytriton_core.frontends.grpc.restricted import refuse_unless_allowed, restriction_of
 from pytriton_core.frontends.grpc.settings import log_settings, trace_setting
 from pytriton_core.frontends.grpc.shm_service import SharedMemoryRpcs
 from pytriton_core.frontends.grpc.stream import InferStream
+from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.options import Restriction
 from pytriton_core.repository.overrides import FILE_PREFIX
 from pytriton_core.service import InferenceService
@@ -83,16 +84,24 @@ def answering_errors(
             if verbose:
                 log.debug("Process for %s, rpc_ok=1, %d step COMPLETE", handler, number)
                 log.debug("Done for %s, %d", handler, number)
-        # Aborted outside the except clause and with the error dropped first: grpc.aio keeps
-        # the exception its abort raises after the call ends, and that one would otherwise
-        # hold ours (as its context, or through this frame), whose traceback holds the
-        # request's frames, tensors and all (found by the leak check, tests/integration/leaks.py).
-        assert failure is not None
-        status, message = grpc.StatusCode[failure.grpc_status_name], failure.message
+        status, message = status_of(failure)
         del failure
         await context.abort(status, message)
 
     return call
+
+
+def status_of(failure: ServerError | None) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status ``failure``'s code maps to, and its message.
+
+    The callers drop the error (and the request) before they abort, outside the except
+    clause: grpc.aio keeps the exception its abort raises after the call ends, and that one
+    would otherwise hold ours (as its context, or through the caller's frame), whose
+    traceback holds the request's frames, tensors and all (found by the leak check,
+    tests/integration/leaks.py).
+    """
+    assert failure is not None
+    return grpc.StatusCode[failure.grpc_status_name], failure.message
 
 
 def _snake_case(name: str) -> str:
@@ -118,11 +127,14 @@ class GrpcInferenceService(SharedMemoryRpcs):
                 implementation: Unary = _unsupported(_UNSUPPORTED_FEATURES[rpc])
             else:
                 implementation = getattr(self, _snake_case(rpc))
+            answering = answering_errors(implementation, rpc, restriction)
+            if rpc == "ModelInfer" and restriction is None:
+                answering = self._direct_model_infer(answering)
             raw = rpc in _RAW_RPCS
             request_class = proto.message_class(method.input_type.full_name)
             response_class = proto.message_class(method.output_type.full_name)
             handlers[rpc] = grpc.unary_unary_rpc_method_handler(
-                answering_errors(implementation, rpc, restriction),
+                answering,
                 request_deserializer=None if raw else request_class.FromString,
                 response_serializer=None if raw else response_class.SerializeToString,
             )
@@ -163,27 +175,46 @@ class GrpcInferenceService(SharedMemoryRpcs):
     # ---------------------------------------------------------------- infer
 
     async def model_infer(self, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        received_ns = time.monotonic_ns()
-        message, raw = read_request(data)
-        decoded = decode_infer_request(self._service, message, raw, unary=True)
-        forward_metadata(decoded.request, context, self._service.options.grpc)
+        decoded = self._infer_request(data, context)
         # A client's cancel or deadline cancels this task; ``infer`` cancels the request.
         response = await self._service.infer(decoded.model, decoded.request)
-        trace = decoded.request.trace
-        if trace is not None:
-            # grpc.aio hands over the whole message and sends the answer itself: the read is
-            # stamped as a moment, the send around the encoding.
-            trace.stamp("GRPC_WAITREAD_START", received_ns)
-            trace.stamp("GRPC_WAITREAD_END", received_ns)
-            trace.stamp("GRPC_SEND_START")
-        try:
-            if response.error is not None:
-                raise response.error
-            return encode_infer_response(decoded, response)
-        finally:
-            if trace is not None:
-                trace.stamp("GRPC_SEND_END")
-                trace.finish()
+        return _infer_answer(decoded, response)
+
+    def _infer_request(self, data: bytes, context: grpc.aio.ServicerContext) -> DecodedInfer:
+        received_ns = time.monotonic_ns()
+        decoded = decode_infer_request(self._service, data, unary=True)
+        decoded.received_ns = received_ns
+        forward_metadata(decoded.request, context, self._service.options.grpc)
+        return decoded
+
+    def _direct_model_infer(
+        self, answering: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]
+    ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+        """ModelInfer in one coroutine of ours (``answering`` awaits ``model_infer``'s): the
+        hot RPC. With ``--log-verbose`` on, the call goes through ``answering``, which logs
+        its steps."""
+        infer = self._service.infer
+
+        async def call(data: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            if log.isEnabledFor(logging.DEBUG):
+                answer: bytes = await answering(data, context)
+                return answer
+            failure: ServerError | None = None
+            decoded: DecodedInfer | None = None
+            try:
+                decoded = self._infer_request(data, context)
+                return _infer_answer(decoded, await infer(decoded.model, decoded.request))
+            except ServerError as exc:
+                failure = exc
+            except Exception as exc:
+                log.exception("ModelInfer failed")
+                failure = InternalError(f"{type(exc).__name__}: {exc}")
+            status, message = status_of(failure)
+            del failure, decoded  # (status_of says why)
+            await context.abort(status, message)
+            raise AssertionError("context.abort returned")  # it always raises
+
+        return call
 
     async def _model_stream_infer(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
@@ -239,6 +270,25 @@ class GrpcInferenceService(SharedMemoryRpcs):
             unload_dependents = parameter.bool_param
         await self._service.unload_model(request.model_name, unload_dependents)
         return _message("RepositoryModelUnloadResponse")()
+
+
+def _infer_answer(decoded: DecodedInfer, response: InferenceResponse) -> bytes:
+    """The serialized ModelInferResponse, or the response's error raised."""
+    trace = decoded.request.trace
+    if trace is not None:
+        # grpc.aio hands over the whole message and sends the answer itself: the read is
+        # stamped as a moment, the send around the encoding.
+        trace.stamp("GRPC_WAITREAD_START", decoded.received_ns)
+        trace.stamp("GRPC_WAITREAD_END", decoded.received_ns)
+        trace.stamp("GRPC_SEND_START")
+    try:
+        if response.error is not None:
+            raise response.error
+        return encode_infer_response(decoded, response)
+    finally:
+        if trace is not None:
+            trace.stamp("GRPC_SEND_END")
+            trace.finish()
 
 
 def _reject_named_repository(request: Any) -> None:

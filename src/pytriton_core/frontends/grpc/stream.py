@@ -34,7 +34,7 @@ from pytriton_core.frontends.grpc.infer_codec import (
     encode_stream_error,
     encode_stream_response,
     forward_metadata,
-    read_request,
+    request_id_of,
 )
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -98,11 +98,9 @@ class InferStream:
             self._close_if_done()
 
     def _submit(self, data: bytes) -> None:
-        request_id = ""
+        decoded: DecodedInfer | None = None
         try:
-            message, raw = read_request(data)
-            request_id = message.id
-            decoded = decode_infer_request(self._service, message, raw, unary=False)
+            decoded = decode_infer_request(self._service, data, unary=False)
             forward_metadata(decoded.request, self._context, self._service.options.grpc)
             request = decoded.request
             request.trace = self._service.start_trace(decoded.model)
@@ -119,11 +117,11 @@ class InferStream:
                 request.on_response = None
                 raise
         except ServerError as exc:
-            self._fail(exc, encode_stream_error(exc.message, request_id))
+            self._fail(exc, encode_stream_error(exc.message, _request_id(decoded, data)))
         except Exception as exc:
             log.exception("ModelStreamInfer: unexpected error while submitting a request")
             error = InternalError(f"{type(exc).__name__}: {exc}")
-            self._fail(error, encode_stream_error(error.message, request_id))
+            self._fail(error, encode_stream_error(error.message, _request_id(decoded, data)))
 
     def _on_response(
         self, decoded: DecodedInfer, response: InferenceResponse | None, final: bool
@@ -192,3 +190,8 @@ class InferStream:
     def _close_if_done(self) -> None:
         if not self._reading and not self._in_flight and self._failure is None:
             self._outbox.put_nowait(None)
+
+
+def _request_id(decoded: DecodedInfer | None, data: bytes) -> str:
+    """The id a failed request's error carries: its own, or what its message names."""
+    return decoded.request.id if decoded is not None else request_id_of(data)
