@@ -337,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for refusal in refusals(options):
         raise SystemExit(f"error: --workers {options.workers}: {refusal}")
     if options.workers > 1 and args.worker_board is None:
-        return _supervise(options, given)
+        return _supervise(options, given, args.worker_change_timeout_secs)
     seat = (
         None if args.worker_board is None else WorkerSeat.take(args.worker_board, args.worker_index)
     )
@@ -355,12 +355,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _supervise(options: ServerOptions, argv: Sequence[str]) -> int:
+def _supervise(options: ServerOptions, argv: Sequence[str], change_timeout_s: float) -> int:
     """The parent of ``--workers N``: the workers serve; it watches and restarts them."""
     LogControl(options.log).install()  # the --log-* settings, as a worker's
     supervisor = Supervisor(
         options.workers,
         lambda index, board: worker_command(argv, index, board),
         options.exit_timeout_secs,
+        change_timeout_s,
     )
     return supervisor.run()
