@@ -244,6 +244,7 @@ def test_a_worker_hung_in_execute_fails_the_unload_by_name_and_is_restarted(
         assert f"worker {hung_index} (pid {hung_pid})" in str(exc), exc
         assert "hung" in str(exc)
     wait_restarted(server, hung_index, hung_pid)
+    assert f"worker {hung_index} (pid {hung_pid}) is hung: killed" in server.log()
     stuck.join(WAIT_S)
     # The server recovered: changes go through, every worker serves what it should.
     _load(server, "metered")
@@ -267,8 +268,9 @@ def test_a_load_hung_in_initialize_fails_naming_the_workers_and_they_restart(
         finally:
             client.close()
     assert re.search(r"worker \d \(pid \d+\)", str(caught.value)), caught.value
-    for index, pid in before.items():
+    for index, pid in before.items():  # it hangs in every worker: each is killed
         wait_restarted(server, index, pid)
+        assert f"worker {index} (pid {pid}) is hung: killed" in server.log()
     _load(server, "metered")
     assert _infer(server.http_url, "metered") in set(worker_pids(server).values())
 
