@@ -60,6 +60,30 @@ FORESTS: dict[str, tuple[Callable[[str], tm.Trained], str]] = {
     "rf_regression": (tm.train_random_forest, "regression"),
 }
 PROBA = {"predict_proba": "true"}
+
+
+def shap_config(classes: int, output_width: int, *, shap_dims: str = "", extra: str = "") -> str:
+    """A config listing FIL's ``treeshap_output``: ``[features + 1]``, or
+    ``[classes, features + 1]`` for a multi-class model (the last column is the bias)."""
+    width = tm.FEATURES + 1
+    dims = shap_dims or (f"{classes}, {width}" if classes > 1 else f"{width}")
+    return (
+        'backend: "fil"\nmax_batch_size: 64\ndynamic_batching { }\n'
+        f'input [ {{ name: "input__0", data_type: TYPE_FP32, dims: [ {tm.FEATURES} ] }} ]\n'
+        f'output [ {{ name: "output__0", data_type: TYPE_FP32, dims: [ {output_width} ] }},\n'
+        f'         {{ name: "treeshap_output", data_type: TYPE_FP32, dims: [ {dims} ] }} ]\n'
+        + extra
+    )
+
+
+# model -> (forest, file, config.pbtxt): SHAP values from the library's own TreeSHAP
+SHAP: dict[str, tuple[str, str, str]] = {
+    "xgb_shap": ("xgb_binary", "xgboost.json", shap_config(1, 1)),
+    "xgb_multi_shap": ("xgb_multi", "xgboost.ubj", shap_config(3, 1)),
+    "xgb_regression_shap": ("xgb_regression", "xgboost.json", shap_config(1, 1)),
+    "lgb_shap": ("lgb_binary", "model.txt", shap_config(1, 1)),
+    "lgb_multi_shap": ("lgb_multi", "model.txt", shap_config(3, 1)),
+}
 GOOD: dict[str, Served] = {
     # Only `backend: "fil"`: auto-complete reads the rest from the file.
     "xgb_auto": Served("xgb_binary", "xgboost.json", {}),
@@ -155,14 +179,17 @@ BAD: dict[str, tuple[str, str, str, str]] = {
         tm.fil_config(model_type="lightgbm"),
         "model.txt' (model_type 'lightgbm')",
     ),
-    "bad_treeshap": (
+    "bad_treeshap_checkpoint": (
+        "rf_multi",
+        "checkpoint.tl",
+        shap_config(3, 3, extra=tm.fil_config(**PROBA).removeprefix('backend: "fil"\n')),
+        "output 'treeshap_output' (SHAP values) needs an XGBoost or LightGBM model",
+    ),
+    "bad_treeshap_dims": (
         "xgb_binary",
         "xgboost.json",
-        'backend: "fil"\nmax_batch_size: 8\n'
-        'input [ { name: "input__0", data_type: TYPE_FP32, dims: [ 8 ] } ]\n'
-        'output [ { name: "output__0", data_type: TYPE_FP32, dims: [ 1 ] },\n'
-        '         { name: "treeshap_output", data_type: TYPE_FP32, dims: [ 9 ] } ]\n',
-        "output 'treeshap_output' (SHAP values) is not supported",
+        shap_config(1, 1, shap_dims="9, 1"),
+        "output 'treeshap_output' has dims [9, 1] in the model configuration",
     ),
     "bad_native_checkpoint": (
         "rf_multi",
@@ -202,6 +229,8 @@ def build_repository(root: Path) -> Path:
             functools.partial(_write_forest, served.forest),
             served.filename,
         )
+    for name, (forest, filename, config) in SHAP.items():
+        tm.write_model(root / name, config, functools.partial(_write_forest, forest), filename)
     for name, (forest, filename, config, _) in BAD.items():
         tm.write_model(root / name, config, functools.partial(_write_forest, forest), filename)
 
@@ -223,7 +252,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     with run_pytriton_server(
         repository,
         "--model-control-mode=explicit",
-        *(f"--load-model={name}" for name in GOOD),
+        *(f"--load-model={name}" for name in (*GOOD, *SHAP)),
         f"--backend-config=default-max-batch-size={DEFAULT_MAX_BATCH_SIZE}",
         timeout=240,
     ) as handle:
@@ -405,3 +434,65 @@ def test_wrong_feature_count_is_a_clear_request_error(server: ServerHandle) -> N
         with pytest.raises(InferenceServerException, match="input__0"):
             infer(client, module, "xgb_auto", tm.features(2, width=tm.FEATURES + 1))
         assert infer(client, module, "xgb_auto", tm.features(2)).shape == (2, 1)
+
+
+def library_contributions(forest: str, rows: np.ndarray) -> np.ndarray:
+    """The library's own TreeSHAP: (rows, features + 1), or (rows, classes, features + 1)."""
+    model = trained(forest).model
+    if forest.startswith("xgb"):
+        import xgboost
+
+        values = model.predict(xgboost.DMatrix(rows), pred_contribs=True)
+    else:
+        values = model.predict(rows, pred_contrib=True, num_threads=1)
+    values = np.asarray(values).reshape(len(rows), -1, tm.FEATURES + 1)
+    return values[:, 0] if values.shape[1] == 1 else values
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("model", sorted(SHAP))
+def test_treeshap_output_equals_the_librarys_shap_values(
+    server: ServerHandle, model: str, protocol: str
+) -> None:
+    forest = SHAP[model][0]
+    rows = tm.features(ROWS, seed=13)
+    with client_for(server, protocol) as (client, module):
+        tensor = module.InferInput("input__0", list(rows.shape), "FP32")
+        tensor.set_data_from_numpy(rows)
+        result = client.infer(model, [tensor])
+        values = result.as_numpy("treeshap_output")
+        prediction = result.as_numpy("output__0")
+    want = library_contributions(forest, rows)
+    assert values.dtype == np.float32 and values.shape == want.shape
+    np.testing.assert_allclose(values, want, rtol=1e-5, atol=1e-5)
+    # The values explain the margin: each row's sum is the model's raw score.
+    np.testing.assert_allclose(
+        values.sum(axis=-1), margins(forest, rows).reshape(values.shape[:-1]), atol=1e-4
+    )
+    assert prediction.shape == (ROWS, 1)
+
+
+def margins(forest: str, rows: np.ndarray) -> np.ndarray:
+    """The model's raw scores, before its sigmoid or softmax."""
+    model = trained(forest).model
+    if forest.startswith("xgb"):
+        import xgboost
+
+        return np.asarray(model.predict(xgboost.DMatrix(rows), output_margin=True))
+    return np.asarray(model.predict(rows, raw_score=True, num_threads=1))
+
+
+def test_treeshap_output_is_computed_only_when_asked(server: ServerHandle) -> None:
+    rows = tm.features(4, seed=14)
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("input__0", list(rows.shape), "FP32")
+    tensor.set_data_from_numpy(rows)
+    only_prediction = [httpclient.InferRequestedOutput("output__0")]
+    result = client.infer("xgb_multi_shap", [tensor], outputs=only_prediction)
+    assert result.as_numpy("treeshap_output") is None
+    assert result.as_numpy("output__0").shape == (4, 1)
+    only_values = [httpclient.InferRequestedOutput("treeshap_output")]
+    result = client.infer("xgb_multi_shap", [tensor], outputs=only_values)
+    assert result.as_numpy("output__0") is None
+    assert result.as_numpy("treeshap_output").shape == (4, tm.CLASSES, tm.FEATURES + 1)
+    client.close()

@@ -5,7 +5,8 @@ A version folder holds the model file FIL expects for its ``model_type``: ``xgbo
 ``xgboost.json``, ``xgboost.ubj``, ``model.txt`` (LightGBM) or ``checkpoint.tl`` (Treelite,
 which is how scikit-learn forests are exported), or the config's ``default_model_filename``.
 One FP32 input ``input__0`` [features] and one FP32 output ``output__0`` (classes, class
-scores or regression values; forest.py). The parameters are FIL's (settings.py);
+scores or regression values; forest.py), and, when the config lists it, FIL's
+``treeshap_output`` (SHAP values, shap.py). The parameters are FIL's (settings.py);
 auto-complete fills them, the I/O and ``max_batch_size`` from the model file.
 
 Batches gather into one (rows, features) array, the instance's predictor (predictors.py)
@@ -54,9 +55,9 @@ from pytriton_core.backends.fil.settings import (
     ModelFormat,
     PredictorKind,
 )
+from pytriton_core.backends.fil.shap import ShapExplainer, shap_dims
 from pytriton_core.backends.framework import VARIABLE, ModelTensor, check_config_io, complete_config
 from pytriton_core.config.spec import ModelSpec
-from pytriton_core.errors import UnsupportedError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
@@ -135,11 +136,6 @@ class FilModel(BackendModel):
         self.location = location
         self.model_spec = spec
         self.settings = FilSettings.from_parameters(spec.parameters, location.name)
-        if TREESHAP_OUTPUT_NAME in spec.outputs:
-            raise UnsupportedError(
-                f"model '{location.name}': output '{TREESHAP_OUTPUT_NAME}' (SHAP values) is "
-                "not supported by this FIL backend"
-            )
         fmt = self.settings.model_format
         self.forest = load_forest(
             model_file(location, spec.default_model_filename, fmt),
@@ -153,7 +149,12 @@ class FilModel(BackendModel):
                 location.name,
             )
         model_input, model_output = _model_tensors(self.forest, self.settings)
-        check_config_io(spec, [model_input], [model_output], location.name)
+        outputs = [model_output]
+        self.explains = TREESHAP_OUTPUT_NAME in spec.outputs
+        if self.explains:
+            shap_output = (VARIABLE, *shap_dims(self.forest))
+            outputs.append(ModelTensor(TREESHAP_OUTPUT_NAME, FP32, shap_output))
+        check_config_io(spec, [model_input], outputs, location.name)
         self.kind = resolve_kind(self.forest, self.settings, location.name)
         self._compiled: CompiledForest | None = None
         if self.kind is PredictorKind.COMPILED:
@@ -198,6 +199,11 @@ class FilInstance(BackendInstance):
         if self._gpu is None or model.settings.transfer_threshold > 0:
             self._cpu = model.cpu_predictor()
         self._features = model.forest.num_feature
+        self._explainer: ShapExplainer | None = None
+        if model.explains:
+            self._explainer = ShapExplainer(
+                model.forest, model.location.name, model.settings.cpu_nthread
+            )
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
@@ -211,7 +217,13 @@ class FilInstance(BackendInstance):
         if predictor is None or len(rows) <= self._settings.transfer_threshold:
             predictor = self._cpu
         assert predictor is not None
-        return {OUTPUT_NAME: fil_outputs(predictor.scores(rows), self._settings)}
+        outputs: dict[str, np.ndarray] = {}
+        if OUTPUT_NAME in batch.output_names:
+            outputs[OUTPUT_NAME] = fil_outputs(predictor.scores(rows), self._settings)
+        if self._explainer is not None and TREESHAP_OUTPUT_NAME in batch.output_names:
+            # SHAP costs far more than a prediction: only for batches that ask for it.
+            outputs[TREESHAP_OUTPUT_NAME] = self._explainer.values(rows)
+        return outputs
 
 
 def create_backend() -> Backend:
