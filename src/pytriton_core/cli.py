@@ -39,6 +39,7 @@ from pytriton_core.options import (
 )
 from pytriton_core.server import ServerRuntime
 from pytriton_core.workers.seat import WorkerSeat
+from pytriton_core.workers.sequencer import DEFAULT_CHANGE_TIMEOUT_S
 from pytriton_core.workers.supervisor import Supervisor
 
 log = logging.getLogger("pytriton_core")
@@ -336,8 +337,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = options_from_args(args)
     for refusal in refusals(options):
         raise SystemExit(f"error: --workers {options.workers}: {refusal}")
+    change_timeout_s = args.worker_change_timeout_secs
+    if change_timeout_s is not None and options.workers <= 1:
+        raise SystemExit("error: --worker-change-timeout-secs applies to --workers N > 1 only")
     if options.workers > 1 and args.worker_board is None:
-        return _supervise(options, given, args.worker_change_timeout_secs)
+        return _supervise(options, given, change_timeout_s or DEFAULT_CHANGE_TIMEOUT_S)
     seat = (
         None if args.worker_board is None else WorkerSeat.take(args.worker_board, args.worker_index)
     )

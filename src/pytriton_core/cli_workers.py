@@ -54,11 +54,11 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--worker-change-timeout-secs",
         type=_seconds,
-        default=DEFAULT_CHANGE_TIMEOUT_S,
+        default=None,
         metavar="SECONDS",
-        help="with --workers N: how long a model load or unload may take on one worker; a "
-        "worker that has not answered by then is hung: the change fails naming it, and "
-        "the worker is killed and started again",
+        help="with --workers N: how long a model load or unload may take on one worker "
+        f"(default {DEFAULT_CHANGE_TIMEOUT_S:g}); a worker that has not answered by then is "
+        "hung: the change fails naming it, and the worker is killed and started again",
     )
     add("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     add("--worker-board", type=Path, default=None, help=argparse.SUPPRESS)
