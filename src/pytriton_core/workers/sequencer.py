@@ -289,12 +289,14 @@ class Sequencer:
             if state is not None:
                 state = {**state, "cuda_regions": list(self._cuda.values())}
             _write(stream, {"ok": True, "state": state, "loads": self._loads})
-            # The joiner loads what the others serve: as long as a load may take.
-            connection.settimeout(self._change_timeout_s)
+            # The joiner loads what the others serve: as long as that many loads may take.
+            loads = 1 + (0 if state is None else len(state.get("models", {})))
+            join_timeout_s = self._change_timeout_s * loads
+            connection.settimeout(join_timeout_s)
             try:
                 joined = stream.readline()
             except TimeoutError:
-                log.error("worker %d did not join within %g s", index, self._change_timeout_s)
+                log.error("worker %d did not join within %g s", index, join_timeout_s)
                 hung.append((index, pid))
                 return
             if not joined:
