@@ -412,6 +412,12 @@ def _repository(root: Path) -> None:
         THREAD_NAME_BATCHED_CONFIG,
     )
     write_python(root, "thread_raising", RAISING, THREAD_NAME_CONFIG)
+    # X [1, 5]: the caller's X [1, 4] fails validation, on the caller's thread or in the queue.
+    wide = THREAD_NAME_CONFIG.replace("dims: [ 1, 4 ]", "dims: [ 1, 5 ]")
+    write_python(root, "thread_wide", THREAD_NAME, wide)
+    write_python(
+        root, "thread_wide_queued", THREAD_NAME, wide + parameter("EXECUTE_ON_EVENT_LOOP", "no")
+    )
     write_python(root, "thread_caller", THREAD_CALLER, THREAD_CALLER_CONFIG)
     write_python(
         root,
@@ -479,6 +485,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, trace_file: Path) -> Iterat
             "thread_name",
             "thread_name_batched",
             "thread_raising",
+            "thread_wide",
+            "thread_wide_queued",
             "thread_caller",
             "caller_proc",
             "add_sub_proc",
@@ -714,6 +722,27 @@ def test_a_failing_call_on_the_callers_thread_counts_as_a_failure(
     )
     successes, failures, executions, _ = _counts(http, "thread_raising")
     assert (successes, failures, executions) == (before[0], before[1] + 1, before[2] + 1)
+
+
+def test_a_call_refused_on_the_callers_thread_is_refused_as_in_the_queue(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    """A request the target refuses (here: a wrong input shape) gets the same error on the
+    caller's thread as through the target's queue, and is counted nowhere, as in Triton."""
+    errors = {}
+    for target in ("thread_wide", "thread_wide_queued"):
+        before = _counts(http, target)
+        with pytest.raises(InferenceServerException) as caught:
+            _thread_call(http, target)
+        errors[target] = (caught.value.status(), caught.value.message().replace(target, "T"))
+        assert _counts(http, target) == before
+    assert errors["thread_wide"] == errors["thread_wide_queued"]
+    status, message = errors["thread_wide"]
+    assert status == "400"
+    assert message.startswith("Model T - Error when running inference: "), message
+    assert "'X'" in message
+    # Both still serve a call they can take.
+    assert _thread_call(http, "thread_name")[1] == "instance-thread_caller_0"
 
 
 def test_a_call_given_the_requests_trace_is_traced_as_its_child(

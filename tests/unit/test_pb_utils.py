@@ -188,20 +188,20 @@ def test_bytes_tensors_refuse_dlpack() -> None:
 
 def test_from_server_wraps_without_copying() -> None:
     array = np.arange(4, dtype=np.float32)
-    tensor = pb.Tensor._from_server("IN", array, "FP32")
+    tensor = pb.Tensor._from_server("IN", array, types.BY_WIRE_NAME["FP32"])
     assert tensor._server_array() is array
     assert tensor.as_numpy() is array
-    assert tensor._datatype_wire_name() == "FP32"
+    assert tensor._server_parts()[1].wire_name == "FP32"
     raw = np.frombuffer(b"\x80\x3f\x00\x40", dtype=np.uint16)
-    bf16 = pb.Tensor._from_server("H", raw, "BF16")
+    bf16 = pb.Tensor._from_server("H", raw, types.BY_WIRE_NAME["BF16"])
     assert bf16.triton_dtype() == 14
     assert bf16._server_array().dtype == BF16
     assert np.shares_memory(bf16._server_array(), raw)
     assert bf16._server_array().astype(np.float32).tolist() == [1.0, 2.0]
     strings = np.array(AWKWARD_BYTES, dtype=np.object_)
-    b = pb.Tensor._from_server("S", strings, "BYTES")
+    b = pb.Tensor._from_server("S", strings, types.BY_WIRE_NAME["BYTES"])
     assert b.as_numpy() is strings
-    assert b._datatype_wire_name() == "BYTES"
+    assert b._server_parts()[1].wire_name == "BYTES"
 
 
 def _dl_dtype(capsule: object) -> tuple[int, int, int]:
@@ -233,7 +233,7 @@ def test_bf16_tensor_as_ml_dtypes_and_dlpack() -> None:
 
 def test_read_only_arrays_export_through_dlpack() -> None:
     array = np.frombuffer(b"\x00\x00\x80\x3f\x00\x00\x00\x40", dtype=np.float32)
-    tensor = pb.Tensor._from_server("R", array, "FP32")
+    tensor = pb.Tensor._from_server("R", array, types.BY_WIRE_NAME["FP32"])
     shared = np.from_dlpack(tensor)  # versioned capsule: marked read-only, shared
     assert np.shares_memory(shared, array)
     assert not shared.flags.writeable
@@ -447,7 +447,9 @@ class _Recorder:
 def _server_request(
     hook: _Recorder | None = None, decoupled: bool = True, cancelled: bool = False
 ) -> pb.InferenceRequest:
-    inputs = [pb.Tensor._from_server("IN", np.arange(3, dtype=np.int64), "INT64")]
+    inputs = [
+        pb.Tensor._from_server("IN", np.arange(3, dtype=np.int64), types.BY_WIRE_NAME["INT64"])
+    ]
     return pb.InferenceRequest._from_server(
         request_id="abc",
         correlation_id=42,
@@ -602,7 +604,8 @@ class _FakeBridge:
             raise self.raise_on_infer
         value = request.inputs()[0].as_numpy() * 2
         return pb.InferenceResponse._from_server(
-            [pb.Tensor._from_server("OUT", value, "INT32")], parameters={"seen": True}
+            [pb.Tensor._from_server("OUT", value, types.BY_WIRE_NAME["INT32"])],
+            parameters={"seen": True},
         )
 
     def infer_decoupled(self, request: pb.InferenceRequest) -> Iterator[pb.InferenceResponse]:
@@ -1029,7 +1032,9 @@ def test_deserialize_bytes_tensor(codec: Any) -> None:
 def test_bytes_tensor_wire_round_trip(codec: Any) -> None:
     tensor = pb.Tensor("B", np.array(AWKWARD_BYTES, dtype=np.object_))
     wire = pb.serialize_byte_tensor(tensor.as_numpy())
-    back = pb.Tensor._from_server("B", pb.deserialize_bytes_tensor(wire), "BYTES")
+    back = pb.Tensor._from_server(
+        "B", pb.deserialize_bytes_tensor(wire), types.BY_WIRE_NAME["BYTES"]
+    )
     assert back.as_numpy().tolist() == AWKWARD_BYTES
 
 

@@ -43,17 +43,17 @@ class ServerCalls(Protocol):
         a ServerError when there is none."""
         ...
 
-    def submit(
-        self,
-        request: InferenceRequest,
-        refused: Callable[[ServerError], None],
-        direct: bool = False,
-    ) -> None:
+    def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
         """Send ``request`` to the model it names, through that model's scheduler. Its
         responses reach ``request.on_response`` on the server's loop; if the model cannot
-        take it, ``refused`` gets the error there instead. ``direct``: the caller blocks
-        until the answer, so the model may execute it on the calling thread at once,
-        answering before this returns (runtime/model.py ``execute_direct``)."""
+        take it, ``refused`` gets the error there instead."""
+        ...
+
+    def execute_direct(self, request: InferenceRequest) -> bool:
+        """For a caller that blocks until the answer: execute ``request`` on the calling
+        thread if the model it names can run it at once (runtime/model.py
+        ``execute_direct``), answering before this returns; False when it must be
+        submitted instead. Raises the ServerError the model refuses it with."""
         ...
 
     def cancel(self, request: InferenceRequest) -> None:

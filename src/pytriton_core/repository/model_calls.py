@@ -55,28 +55,8 @@ class InProcessCalls:
             return False
         return True
 
-    def submit(
-        self,
-        request: InferenceRequest,
-        refused: Callable[[ServerError], None],
-        direct: bool = False,
-    ) -> None:
-        if _on_loop(self._loop):
-            # The caller would block the loop that has to run the request and bring its
-            # answer back: a deadlock. Model code that calls models must run on instance
-            # threads (or its model's own loop), never inline on the server's loop.
-            raise InternalError(BLS_ON_LOOP)
-
-        if direct:
-            try:
-                # A call that can run at once runs here, on the caller's thread (see
-                # ``Model.execute_direct``); the manager's tables may be read from any thread.
-                model = self._manager.get(request.model_name, request.model_version)
-                if model.execute_direct(request):
-                    return
-            except ServerError as exc:
-                refused(exc)
-                return
+    def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
+        _refuse_on_loop(self._loop)
 
         def submit_on_loop() -> None:
             try:
@@ -85,6 +65,12 @@ class InProcessCalls:
                 refused(exc)
 
         self._loop.call_soon_threadsafe(submit_on_loop)
+
+    def execute_direct(self, request: InferenceRequest) -> bool:
+        if _on_loop(self._loop):
+            return False  # ``submit`` refuses it
+        # The manager's tables may be read from any thread (see ``model_spec``).
+        return self._manager.get(request.model_name, request.model_version).execute_direct(request)
 
     def cancel(self, request: InferenceRequest) -> None:
         request.cancel_threadsafe()
@@ -106,6 +92,14 @@ class InProcessCalls:
             work.close()
             raise InternalError("model management cannot wait on the server's own event loop")
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+
+
+def _refuse_on_loop(loop: asyncio.AbstractEventLoop) -> None:
+    if _on_loop(loop):
+        # The caller would block the loop that has to run the request and bring its
+        # answer back: a deadlock. Model code that calls models must run on instance
+        # threads (or its model's own loop), never inline on the server's loop.
+        raise InternalError(BLS_ON_LOOP)
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

@@ -4,9 +4,9 @@ A lone request may instead run on the event loop itself (``execute_inline``), wh
 the two thread wake-ups it would cost (the rule and its figures: docs/architecture.md,
 "Where executions run"). The model asks for that only when its backend holds the GIL while
 it executes (``BackendModel.loop_execution``), nothing else is queued or executing, and
-no other request ran inline in this turn of the loop (those read in the same turn queue
-for the thread, where they batch), and the instance's last ``INLINE_AFTER`` executions each
-took under ``INLINE_BUDGET_NS``;
+the instance's last ``INLINE_AFTER`` executions each took under ``INLINE_BUDGET_NS``
+(with the dynamic batcher, the batch the requests of one loop turn form runs inline at the
+end of the turn, on the same conditions);
 one execution over the budget sends the next ones back to the thread until that many
 short ones have run there again.
 

@@ -108,10 +108,11 @@ class Model:
         # A lone request may execute on the loop (runtime/instance.py): this backend holds
         # the GIL anyway, and the scheduler would hand a lone request over at once.
         self._inline = backend_model.loop_execution and self._scheduler.dispatches_lone_at_once
-        # With a batching scheduler, one request per loop turn runs inline: those read in
-        # the same turn queue, where they batch.
-        self._one_inline_per_turn = self._scheduler.batches_requests
-        self._inlined_this_turn = False
+        # The dynamic batcher gets a turn's requests without waking an instance, and they
+        # are handed over together at the end of the turn (``_end_of_turn``), where they
+        # form one batch, executed inline when it may be.
+        self._per_turn = self._scheduler.hands_over_per_turn
+        self._turn_end_scheduled = False
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         preserve = spec.dynamic_batching is not None and spec.dynamic_batching.preserve_ordering
@@ -144,6 +145,10 @@ class Model:
         self._rate_limiter = services.rate_limiter
         self._rate_limit_slots: list[InstanceSlot] = []
         self._deferral = services.deferral
+        # How ``execute_direct`` sends its statistics to the loop (made once: per call).
+        self._defer_counts = functools.partial(
+            services.deferral.defer, self._loop.call_soon_threadsafe
+        )
         # A BLS call may execute on its caller's thread (``execute_direct``) where the
         # default scheduler would hand a lone request to the next idle instance and
         # nothing about the response is kept or ordered here.
@@ -223,28 +228,27 @@ class Model:
             return
         if (
             self._inline
+            and not self._per_turn
             and accepting  # a stopped scheduler's refusal comes from its enqueue
             and not self._in_flight
-            and not self._inlined_this_turn
             and self._backend_model.loop_execution  # a Python model may turn it off
         ):
             instance = self._instances[0]
             if instance.inline_ready and instance.claim():
                 # Nothing queued or executing: the instance's thread is idle, and this
                 # request would be its next batch at once. Run it here, without the two
-                # thread wake-ups; its response is delivered before submit returns. With a
-                # batching scheduler only one per loop turn: requests that came in the same
-                # turn (read after this one) queue for the thread, where they batch.
-                if self._one_inline_per_turn:
-                    self._inlined_this_turn = True
-                    self._loop.call_soon(self._new_turn)
+                # thread wake-ups; its response is delivered before submit returns.
                 self._in_flight += 1
-                if self._ordered:
-                    self._keep_place(request)
                 instance.execute_inline([request])
                 return
         try:
-            self._scheduler.enqueue(request)
+            if self._per_turn:
+                self._scheduler.enqueue_for_turn(request)
+                if not self._turn_end_scheduled:
+                    self._turn_end_scheduled = True
+                    self._loop.call_soon(self._end_of_turn)
+            else:
+                self._scheduler.enqueue(request)
         except InvalidArgumentError:
             # A request the scheduler finds malformed (a sequence without START...) failed
             # validation, which Triton neither counts nor prefixes with the request id.
@@ -275,8 +279,10 @@ class Model:
             and not self._scheduler.pending_count()  # queued requests go first
         ):
             return False
-        instance = next((i for i in self._instances if i.claim()), None)
-        if instance is None:
+        for instance in self._instances:
+            if instance.claim():
+                break
+        else:
             return False
         try:
             self._admit(request)
@@ -288,7 +294,7 @@ class Model:
         end_ns = time.monotonic_ns()
         if request.trace is not None:
             _trace_compute(request, timing)
-        schedule = functools.partial(self._deferral.defer, self._loop.call_soon_threadsafe)
+        schedule = self._defer_counts
         if isinstance(responses, ServerError):
             schedule(self._count_failed_execution, [request], responses, end_ns)
             request.deliver(InferenceResponse.failed(responses), True)
@@ -419,8 +425,22 @@ class Model:
             )
         self.stats.record_cache_miss(lookup_ns + insert_ns)
 
-    def _new_turn(self) -> None:
-        self._inlined_this_turn = False
+    def _end_of_turn(self) -> None:
+        """The requests of a loop turn are queued: hand them over. While the instance is
+        idle and its executions are short, run the batches they form here on the loop (no
+        thread wake-ups; see runtime/instance.py); what is left wakes an instance."""
+        self._turn_end_scheduled = False
+        scheduler = self._scheduler
+        if self._inline and self._backend_model.loop_execution:
+            instance = self._instances[0]
+            while scheduler.pending_count() and instance.inline_ready and instance.claim():
+                batch = scheduler.take_ready_batch()
+                if not batch:
+                    instance.release()
+                    break
+                instance.execute_inline(batch)
+        if scheduler.pending_count():
+            scheduler.wake()
 
     @property
     def in_flight(self) -> int:

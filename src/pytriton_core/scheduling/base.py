@@ -61,10 +61,12 @@ class Scheduler(abc.ABC):
     # instance at once (no queue delay to wait for batch mates): the model may then run
     # such a request without queueing it (runtime/instance.py, ``execute_inline``).
     dispatches_lone_at_once: bool = False
-    # False when every execution takes one request (the default scheduler): a request that
-    # waits gains no batch mates, so the model runs each lone one inline, not only the
-    # first of a loop turn.
-    batches_requests: bool = True
+    # True when the model may queue the requests of one event-loop turn without waking an
+    # instance (``enqueue_for_turn``) and hand them over together at the end of
+    # the turn (``take_ready_batch`` on the loop, else ``wake``): the requests a turn reads
+    # then form one batch, where waking an instance per request would let it take the first
+    # one alone (runtime/model.py, ``_end_of_turn``).
+    hands_over_per_turn: bool = False
     # True when a request may skip the queue altogether and execute on its caller's thread
     # while an instance is idle and nothing is queued (runtime/model.py,
     # ``execute_direct``): the scheduler neither batches, orders nor times requests.
@@ -96,6 +98,20 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def enqueue(self, request: InferenceRequest) -> None:
         """Queue a validated request; raises a ServerError if it cannot be accepted."""
+
+    def enqueue_for_turn(self, request: InferenceRequest) -> None:
+        """``enqueue`` without waking an idle instance: the caller hands the turn's
+        requests over with ``take_ready_batch`` or ``wake`` (only where
+        ``hands_over_per_turn``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not hand over per turn")
+
+    def wake(self) -> None:  # noqa: B027 - only schedulers that hand over per turn
+        """Let an idle instance look at the queue (after ``enqueue_for_turn``)."""
+
+    def take_ready_batch(self) -> list[InferenceRequest]:
+        """The batch an idle instance would take now, without blocking; [] when none is
+        ready (only where ``hands_over_per_turn``; the caller has claimed an instance)."""
+        raise NotImplementedError(f"{type(self).__name__} does not hand over per turn")
 
     @abc.abstractmethod
     def next_batch(self, instance: int = 0) -> list[InferenceRequest] | None:

@@ -11,7 +11,6 @@ from pytriton_core.scheduling.base import Scheduler
 
 class DefaultScheduler(Scheduler):
     dispatches_lone_at_once = True
-    batches_requests = False
     direct_execution = True
 
     def __init__(self) -> None:

@@ -44,6 +44,9 @@ class BatchingSettings:
     default_priority_level: int
     policies: Mapping[int, QueuePolicy]  # level -> policy
     shape_checked_inputs: frozenset[str]
+    # Whether requests may differ in which inputs they carry (an optional input): with
+    # neither this nor shape-checked inputs, every request fits every batch.
+    has_optional_inputs: bool = True
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> BatchingSettings:
@@ -67,6 +70,7 @@ class BatchingSettings:
             default_priority_level=default_level if levels else 1,
             policies=policies,
             shape_checked_inputs=checked,
+            has_optional_inputs=any(tensor.optional for tensor in spec.inputs.values()),
         )
 
 
@@ -77,6 +81,9 @@ class _Entry:
     # When it entered this batcher (Triton's batcher start): the delay counts from here. The
     # oldest-strategy sequence batcher hands a request on long after it was queued.
     since_ns: int = 0
+    # What must agree across a batch (``_shape_key``), worked out once at enqueue; None for
+    # every request where nothing must.
+    key: tuple[object, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -90,11 +97,15 @@ class _Level:
 
 
 class DynamicBatchScheduler(Scheduler):
+    hands_over_per_turn = True
+
     def __init__(self, settings: BatchingSettings, reject: RejectRequest) -> None:
         self._settings = settings
         self._reject = reject
         # Without a queue delay a lone request leaves as a batch of its own at once.
         self.dispatches_lone_at_once = settings.max_queue_delay_ns == 0
+        self._checked = tuple(sorted(settings.shape_checked_inputs))
+        self._keyed = bool(self._checked) or settings.has_optional_inputs
         self._levels = [
             _Level(settings.policies[level], deque(), deque())
             for level in sorted(settings.policies)
@@ -107,13 +118,37 @@ class DynamicBatchScheduler(Scheduler):
         # Queue timeouts must fire while every instance is busy, so a thread of their own
         # watches the deadlines (only when some queue policy has a timeout).
         self._reaper: threading.Thread | None = None
-        if any(policy.default_timeout_us for policy in settings.policies.values()):
+        # Only a policy's default timeout gives requests deadlines (QueuePolicy.timeout_us).
+        self._timeouts = any(policy.default_timeout_us for policy in settings.policies.values())
+        self._largest_preferred = max(settings.preferred_batch_sizes, default=0)
+        if self._timeouts:
             self._reaper = threading.Thread(
                 target=self._reap_timeouts, name="queue-timeouts", daemon=True
             )
             self._reaper.start()
 
     def enqueue(self, request: InferenceRequest) -> None:
+        self._enqueue(request, wake=True)
+
+    def enqueue_for_turn(self, request: InferenceRequest) -> None:
+        self._enqueue(request, wake=False)
+
+    def wake(self) -> None:
+        with self._cond:
+            if self._count:
+                self._cond.notify()
+
+    def take_ready_batch(self) -> list[InferenceRequest]:
+        with self._cond:
+            if self._stopping:
+                return []
+            now = time.monotonic_ns()
+            self._expire(now)
+            batch, _ = self._form_batch(now)
+            self._count -= len(batch)
+            return batch
+
+    def _enqueue(self, request: InferenceRequest, *, wake: bool) -> None:
         self.refuse_if_stopped()
         levels = len(self._levels)
         level = (
@@ -125,12 +160,19 @@ class DynamicBatchScheduler(Scheduler):
         policy = queue.policy
         timeout_us = policy.timeout_us(request.timeout_us)
         deadline = request.queue_start_ns + timeout_us * 1000 if timeout_us else 0
+        entry = _Entry(
+            request,
+            deadline,
+            time.monotonic_ns(),
+            self._shape_key(request) if self._keyed else None,
+        )
         with self._cond:
             if policy.max_queue_size and len(queue) >= policy.max_queue_size:
                 raise UnavailableError("Exceeds maximum queue size")
-            queue.waiting.append(_Entry(request, deadline, time.monotonic_ns()))
+            queue.waiting.append(entry)
             self._count += 1
-            self._cond.notify()
+            if wake:
+                self._cond.notify()
             if deadline:
                 self._deadline_cond.notify()
 
@@ -191,6 +233,8 @@ class DynamicBatchScheduler(Scheduler):
                 yield level.delayed, entry
 
     def _expire(self, now: int) -> None:
+        if not self._timeouts:
+            return
         for level in self._levels:
             if not level.waiting or not any(
                 e.deadline_ns and e.deadline_ns <= now for e in level.waiting
@@ -209,15 +253,11 @@ class DynamicBatchScheduler(Scheduler):
             level.waiting = kept
 
     def _shape_key(self, request: InferenceRequest) -> tuple[object, ...]:
-        checked = self._settings.shape_checked_inputs
-        return (
-            frozenset(request.inputs),  # optional inputs: the same set, in any order
-            frozenset(
-                (name, tensor.shape[1:])
-                for name, tensor in request.inputs.items()
-                if name in checked
-            ),
-        )
+        inputs = request.inputs
+        shapes = tuple(inputs[name].shape[1:] if name in inputs else None for name in self._checked)
+        if self._settings.has_optional_inputs:  # the same set of inputs, in any order
+            return (frozenset(inputs), shapes)
+        return shapes
 
     def _form_batch(self, now: int) -> tuple[list[InferenceRequest], int | None]:
         settings = self._settings
@@ -227,7 +267,7 @@ class DynamicBatchScheduler(Scheduler):
         cut_short = False
         past_preferred = False
         first_key: tuple[object, ...] | None = None
-        largest_preferred = max(settings.preferred_batch_sizes, default=0)
+        largest_preferred = self._largest_preferred
         for queue, entry in self._entries():
             request = entry.request
             if size + request.batch_size > largest_preferred and chosen and not past_preferred:
@@ -237,10 +277,9 @@ class DynamicBatchScheduler(Scheduler):
             if size + request.batch_size > settings.max_batch_size:
                 cut_short = True
                 break
-            key = self._shape_key(request)
-            if first_key is None:
-                first_key = key
-            elif key != first_key:
+            if not chosen:
+                first_key = entry.key
+            elif entry.key != first_key:
                 cut_short = True
                 break
             chosen.append((queue, entry))
@@ -269,6 +308,8 @@ class DynamicBatchScheduler(Scheduler):
         return [entry.request for _, entry in take], None
 
     def _next_deadline_in(self, now: int) -> int | None:
+        if not self._timeouts:
+            return None
         deadlines = [
             e.deadline_ns for level in self._levels for e in level.waiting if e.deadline_ns
         ]

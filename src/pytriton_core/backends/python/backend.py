@@ -212,7 +212,7 @@ class PythonModel(BackendModel):
         self._location = location
         self.decoupled = spec.decoupled
         self._output_names = list(spec.outputs)
-        self.input_types = {name: t.datatype.wire_name for name, t in spec.inputs.items()}
+        self.input_types = {name: t.datatype for name, t in spec.inputs.items()}
         # A sequence model's implicit-state outputs: kept for the sequence batcher.
         self.state_outputs = spec.state_outputs
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
@@ -283,6 +283,8 @@ class PythonInstance(BackendInstance):
                 on_call=model.server_called,
                 direct_calls=not model.decoupled,
             )
+        # For an execution off the instance's thread (the loop, a BLS caller's thread).
+        self._elsewhere_bridge = None if self._bridge is None else self._bridge.on_event_loop()
         # Created in the instance's thread; an execution anywhere else runs on the loop.
         self._worker = threading.get_ident()
         model.waits.register(self._key, spec.name)
@@ -372,10 +374,9 @@ class PythonInstance(BackendInstance):
     def _call_execute(
         self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[InferenceRequest]
     ) -> Any:
-        bridge = self._bridge
-        if bridge is not None and threading.get_ident() != self._worker:
-            bridge = bridge.on_event_loop()  # on the loop or a BLS caller's thread
-        with self._scope("execute", bridge):
+        bridge = self._bridge if threading.get_ident() == self._worker else self._elsewhere_bridge
+        # ``_scope``'s blocks, entered here without a generator: this runs per execution.
+        with self._running, pb_utils.server_context(bridge, "execute"):
             try:
                 result = self._python_model.execute(pb_requests)
                 if inspect.iscoroutine(result) and self._model.decoupled:

@@ -128,6 +128,15 @@ class _Answers:
         self._stream = stream
         self.request: InferenceRequest | None = None
 
+    def refused(self, error: ServerError) -> None:
+        """The server could not take ``request``: its one answer is the error."""
+        request = self.request
+        assert request is not None
+        if request.trace is not None:
+            request.trace.finish()  # refused: what it has is written
+        failure = ServerError.from_code(error.code, _failed(request.model_name, error.message))
+        self.respond(InferenceResponse.failed(failure), True)
+
     def respond(self, response: InferenceResponse | None, final: bool) -> None:
         if response is not None:
             self._queue.put(response)
@@ -214,7 +223,14 @@ class BlsBridge:
     # ---------------------------------------------------------------- inference
 
     def infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
-        answers, target = self._send(request, _Answers(), direct=self._direct_calls)
+        answers = _Answers()
+        target = self._prepare(request, answers)
+        if self._direct_calls and self._ran_direct(answers):
+            # It ran on this thread and has answered (or will, through the loop, if it
+            # answered through its response sender): this instance never waited on an
+            # instance of the target, so there is no wait to record.
+            return self._single(request, answers.next())
+        self._submit(answers, target)
         try:
             response = answers.next()
         finally:
@@ -268,14 +284,22 @@ class BlsBridge:
     # ----------------------------------------------------------------- internals
 
     def _send(
-        self,
-        request: pb_utils.InferenceRequest,
-        answers: _Answers,
-        decoupled: bool = False,
-        direct: bool = False,
+        self, request: pb_utils.InferenceRequest, answers: _Answers, decoupled: bool = False
     ) -> tuple[_Answers, ModelKey]:
-        """Submit the request, counting the caller as waiting on the target until
-        ``_end_wait``; raises what makes ``exec`` answer with an error."""
+        """Submit the request through the target's scheduler, counting the caller as
+        waiting on the target until ``end_wait``; raises what makes ``exec`` answer with
+        an error."""
+        target = self._prepare(request, answers, decoupled)
+        self._submit(answers, target)
+        return answers, target
+
+    def _prepare(
+        self, request: pb_utils.InferenceRequest, answers: _Answers, decoupled: bool = False
+    ) -> ModelKey:
+        """The server request for ``request`` (in ``answers.request``, answering into
+        ``answers``) and the model version it goes to; raises what makes ``exec`` answer
+        with an error. The pb request's fields are read as stored: its constructor
+        checked them."""
         self._calling()
         name = request._model_name
         try:
@@ -294,38 +318,47 @@ class BlsBridge:
                 "'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled "
                 "models.'"
             )
-        target = (spec.name, spec.version)
-        requested = request.requested_output_names()
+        requested = request._requested_output_names
+        staging = self._staging
         core = InferenceRequest(
             model_name=name,
             model_version=request._model_version,
-            id=request.request_id(),
-            inputs={t.name(): from_pb_tensor(t, self._staging) for t in request.inputs()},
+            id=request._request_id,
+            inputs={t._name: from_pb_tensor(t, staging) for t in request._inputs},
             requested_outputs={n: RequestedOutput(n) for n in requested} if requested else None,
             parameters=dict(request._parameters),
-            timeout_us=request.timeout(),
-            correlation_id=request.correlation_id(),
-            flags=request.flags(),
+            timeout_us=request._timeout,
+            correlation_id=request._correlation_id,
+            flags=request._flags,
             on_response=answers.respond,
         )
         parent = request._trace._server
         if parent is not None:  # the model passed a traced request's trace: a child trace
             core.trace = parent.child(name)
         answers.request = core
+        return (spec.name, spec.version)
 
-        def refused(error: ServerError) -> None:
-            if core.trace is not None:
-                core.trace.finish()  # refused: what it has is written
-            failure = ServerError.from_code(error.code, _failed(name, error.message))
-            answers.respond(InferenceResponse.failed(failure), True)
-
-        self.begin_wait(target, name)  # refuses a call that could never be answered
+    def _ran_direct(self, answers: _Answers) -> bool:
+        """Whether the target executed the request on this thread (``ServerCalls.
+        execute_direct``); a refusal there is its answer, as on the loop."""
+        request = answers.request
+        assert request is not None
         try:
-            self._calls.submit(core, refused, direct)
+            return self._calls.execute_direct(request)
+        except ServerError as error:
+            answers.refused(error)
+            return True
+
+    def _submit(self, answers: _Answers, target: ModelKey) -> None:
+        """Send the prepared request to the target's scheduler on the server's loop."""
+        request = answers.request
+        assert request is not None
+        self.begin_wait(target, request.model_name)  # refuses a call never answered
+        try:
+            self._calls.submit(request, answers.refused)
         except BaseException:
             self.end_wait(target)
             raise
-        return answers, target
 
     def _single(
         self, request: pb_utils.InferenceRequest, response: InferenceResponse | None

@@ -5,7 +5,6 @@ Host arrays are shared as they are; GPU tensors cross as DLPack exports of the s
 
 from __future__ import annotations
 
-from pytriton_core import types
 from pytriton_core.backends.python import pb_utils
 from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.memory.pinned import StagingPool
@@ -20,13 +19,13 @@ def to_pb_tensor(tensor: Tensor, gpu: bool) -> pb_utils.Tensor:
         and tensor.datatype.wire_name != "BF16"  # DLPack through cupy has no bfloat16
     ):
         return pb_utils.Tensor.from_dlpack(tensor.name, tensor.device)
-    return pb_utils.Tensor._from_server(tensor.name, tensor.data, tensor.datatype.wire_name)
+    return pb_utils.Tensor._from_server(tensor.name, tensor.data, tensor.datatype)
 
 
 def from_pb_tensor(tensor: pb_utils.Tensor, staging: StagingPool | None) -> Tensor:
     """A tensor model code made, for the server (a GPU one is copied to the host, or to a
     client's region, only when that is where it goes)."""
-    datatype = types.BY_WIRE_NAME[tensor._datatype_wire_name()]
-    if tensor.is_cpu():
-        return Tensor(tensor.name(), datatype, tensor._server_array())
-    return DeviceTensor(tensor.name(), datatype, tensor._server_device_array(staging))
+    name, datatype, array = tensor._server_parts()
+    if array is not None:
+        return Tensor(name, datatype, array)
+    return DeviceTensor(name, datatype, tensor._server_device_array(staging))

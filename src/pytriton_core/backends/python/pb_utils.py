@@ -10,10 +10,11 @@ helpers), ``pb_utils_config`` (ModelConfig, dict and numpy-type helpers),
 
 Server-facing hooks (private names; the backend and the server drive these, models don't):
 
-* ``Tensor._from_server(name, array, datatype_wire_name) -> Tensor``: wraps a CPU array
+* ``Tensor._from_server(name, array, datatype) -> Tensor``: wraps a CPU array
   without copying or checking (BYTES: an object array; BF16: any 2-byte dtype, viewed as
   ``ml_dtypes.bfloat16``). ``tensor._server_array()`` gives the array back (BF16 as
-  bfloat16, no ``as_numpy`` refusal); ``tensor._datatype_wire_name()`` its datatype.
+  bfloat16, no ``as_numpy`` refusal); ``tensor._server_parts()`` its name, datatype and
+  host array (None: GPU memory).
 * ``InferenceRequest._from_server(*, request_id, correlation_id, inputs,
   requested_output_names, parameters, flags, timeout, send_hook=None, is_cancelled=None,
   decoupled=True, trace=None) -> InferenceRequest``; ``trace``: the server's trace of the
@@ -190,6 +191,11 @@ class InferenceTrace:
 
     def get_context(self) -> str | None:
         return self._context
+
+
+# Neither is ever changed once made, so every request without its own shares one.
+_NO_PREFERENCE = PreferredMemory._default()
+_UNTRACED = InferenceTrace()
 
 
 def _parameters_dict(parameters: Mapping[str, Any] | None) -> dict[str, bool | int | str]:
@@ -457,9 +463,9 @@ class InferenceRequest:
         self._model_version = int(model_version)
         self._flags = flags
         self._timeout = timeout
-        self._preferred_memory = preferred_memory or PreferredMemory._default()
-        self._trace = trace if trace is not None else InferenceTrace()
-        self._parameters = _parameters_dict(parameters)
+        self._preferred_memory = preferred_memory or _NO_PREFERENCE
+        self._trace = trace if trace is not None else _UNTRACED
+        self._parameters = {} if parameters is None else _parameters_dict(parameters)
         self._send_hook = _no_sender
         self._decoupled = True
         self._is_cancelled = _never_cancelled
@@ -491,8 +497,8 @@ class InferenceRequest:
         request._model_version = -1
         request._flags = flags
         request._timeout = timeout
-        request._preferred_memory = PreferredMemory._default()
-        request._trace = InferenceTrace._of(trace) if trace is not None else InferenceTrace()
+        request._preferred_memory = _NO_PREFERENCE
+        request._trace = InferenceTrace._of(trace) if trace is not None else _UNTRACED
         request._parameters = parameters
         request._send_hook = send_hook or _no_sender
         request._decoupled = decoupled

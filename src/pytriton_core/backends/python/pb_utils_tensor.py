@@ -307,8 +307,7 @@ class Tensor:
         self._server_input = False
 
     @classmethod
-    def _from_server(cls, name: str, array: npt.NDArray[Any], datatype_wire_name: str) -> Tensor:
-        datatype = types.BY_WIRE_NAME[datatype_wire_name]
+    def _from_server(cls, name: str, array: npt.NDArray[Any], datatype: types.DataType) -> Tensor:
         if not datatype.is_bytes and array.dtype != datatype.numpy_dtype:
             array = array.view(datatype.numpy_dtype)
         tensor = cls.__new__(cls)
@@ -434,8 +433,10 @@ class Tensor:
             staging,
         )
 
-    def _datatype_wire_name(self) -> str:
-        return self._datatype.wire_name
+    def _server_parts(self) -> tuple[str, types.DataType, npt.NDArray[Any] | None]:
+        """Name, datatype and host array (None: GPU memory), for the server in one call:
+        every BLS input and every model output passes here."""
+        return self._name, self._datatype, self._array
 
     def __repr__(self) -> str:
         where = "cpu" if self.is_cpu() else f"device={self._device}"

@@ -92,11 +92,12 @@ class WorkerCalls(ServerCalls):
     def unload_model(self, name: str, unload_dependents: bool) -> None:
         self._rpc("unload_model", name, unload_dependents)
 
-    def submit(
-        self, request: InferenceRequest, refused: _RefusedCallback, direct: bool = False
-    ) -> None:
-        """``direct`` (the caller blocks on the answer) cannot shorten anything here: the
-        called model runs in the server's process, which schedules the call as it comes."""
+    def execute_direct(self, request: InferenceRequest) -> bool:
+        """Never here: the called model runs in the server's process, which schedules the
+        call as it comes."""
+        return False
+
+    def submit(self, request: InferenceRequest, refused: _RefusedCallback) -> None:
         call = next(self._calls)
         with self._lock:
             self._requests[call] = (request, refused)
