@@ -39,6 +39,7 @@ from pytriton_core.options import (
 )
 from pytriton_core.server import ServerRuntime
 from pytriton_core.workers.seat import WorkerSeat
+from pytriton_core.workers.sequencer import DEFAULT_CHANGE_TIMEOUT_S
 from pytriton_core.workers.supervisor import Supervisor
 
 log = logging.getLogger("pytriton_core")
@@ -336,8 +337,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = options_from_args(args)
     for refusal in refusals(options):
         raise SystemExit(f"error: --workers {options.workers}: {refusal}")
+    change_timeout_s = args.worker_change_timeout_secs
+    if change_timeout_s is not None and options.workers <= 1:
+        raise SystemExit("error: --worker-change-timeout-secs applies to --workers N > 1 only")
     if options.workers > 1 and args.worker_board is None:
-        return _supervise(options, given)
+        return _supervise(options, given, change_timeout_s or DEFAULT_CHANGE_TIMEOUT_S)
     seat = (
         None if args.worker_board is None else WorkerSeat.take(args.worker_board, args.worker_index)
     )
@@ -355,12 +359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _supervise(options: ServerOptions, argv: Sequence[str]) -> int:
+def _supervise(options: ServerOptions, argv: Sequence[str], change_timeout_s: float) -> int:
     """The parent of ``--workers N``: the workers serve; it watches and restarts them."""
     LogControl(options.log).install()  # the --log-* settings, as a worker's
     supervisor = Supervisor(
         options.workers,
         lambda index, board: worker_command(argv, index, board),
         options.exit_timeout_secs,
+        change_timeout_s,
     )
     return supervisor.run()

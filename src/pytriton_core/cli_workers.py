@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.workers.sequencer import DEFAULT_CHANGE_TIMEOUT_S
 from pytriton_core.workers.supervisor import available_cores
 
 _INTERNAL = ("--worker-index", "--worker-board")
@@ -30,6 +31,16 @@ def _workers(text: str) -> int:
     return count
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got '{text}'")
+    return value
+
+
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add(
@@ -39,6 +50,15 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N|auto",
         help="server processes sharing the HTTP, gRPC and metrics ports (auto: one per "
         "core available); statistics and metrics are summed over them",
+    )
+    add(
+        "--worker-change-timeout-secs",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="with --workers N: how long a model load or unload may take on one worker "
+        f"(default {DEFAULT_CHANGE_TIMEOUT_S:g}); a worker that has not answered by then is "
+        "hung: the change fails naming it, and the worker is killed and started again",
     )
     add("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     add("--worker-board", type=Path, default=None, help=argparse.SUPPRESS)

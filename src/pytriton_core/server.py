@@ -176,11 +176,12 @@ class ServerRuntime:
             self.grpc_port = await self._grpc.start(
                 self.options.grpc_address, self.options.grpc_port
             )
+        custom_metrics = None if seat is None else seat.shared_custom_metrics(self.metric_registry)
         if self.options.allow_metrics:
             self._reporter = MetricsReporter(
                 self.options.metrics,
                 manager.loaded,
-                self.metric_registry,
+                self.metric_registry.snapshot if custom_metrics is None else custom_metrics.summed,
                 pinned_pool=staging.stats
                 if seat is None
                 else seat.summed_pinned_pool(staging.stats),
@@ -196,7 +197,7 @@ class ServerRuntime:
         self._service.live = True
         if seat is not None:
             seat.set_state(WorkerState.SERVING)
-            seat.watch_parent(loop, staging.stats)
+            seat.watch_parent(loop, staging.stats, custom_metrics)
 
     def metrics_text(self) -> str:
         """The Prometheus page, as ``/metrics`` serves it ("" with metrics off)."""

@@ -9,10 +9,8 @@ workers serve (the kernel spreads connections over the SO_REUSEPORT listeners).
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import re
 import signal
 import textwrap
 import threading
@@ -28,10 +26,13 @@ from harness import ServerHandle, run_pytriton_server
 from prometheus_client.parser import text_string_to_metric_families
 from streaming_models import write_tokens
 from tritonclient.utils import InferenceServerException
+from workers_common import WAIT_S, answering_pid, metrics_page
+from workers_common import wait_ready as _wait_ready
+from workers_common import wait_restarted as _wait_restarted
+from workers_common import worker_pids as _worker_pids
 
 MODEL = "whoami"
 STREAMING = "tokens"  # decoupled: "count" responses, then an empty final one
-WAIT_S = 60.0  # a wait, not a limit: a loaded machine starts a worker slowly
 
 _CONFIG = """
 name: "whoami"
@@ -81,14 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
 
 
 def _http_infer(url: str, delay_s: float = 0.0) -> int:
-    """One request on a connection of its own; the pid of the worker that ran it."""
-    client = httpclient.InferenceServerClient(url)
-    try:
-        data = httpclient.InferInput("DELAY_S", [1], "FP32")
-        data.set_data_from_numpy(np.array([delay_s], dtype=np.float32))
-        return int(client.infer(MODEL, [data]).as_numpy("PID")[0])
-    finally:
-        client.close()
+    return answering_pid(url, MODEL, "DELAY_S", delay_s)
 
 
 def _grpc_infer(url: str) -> int:
@@ -116,40 +110,13 @@ def _metric(
     handle: ServerHandle, family: str, model: str = MODEL, sample: str | None = None
 ) -> float:
     """``model``'s value of ``family`` (of its ``sample``, as ``_count`` of a histogram)."""
-    assert handle.metrics_url is not None
-    host, port = handle.metrics_url.split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    connection.request("GET", "/metrics")
-    text = connection.getresponse().read().decode()
-    connection.close()
+    text = metrics_page(handle)
     for parsed in text_string_to_metric_families(text):
         for found in parsed.samples if parsed.name == family else ():
             wanted = sample is None or found.name == family + sample
             if found.labels.get("model") == model and wanted:
                 return float(found.value)
     raise AssertionError(f"{family} not on the metrics page")
-
-
-def _worker_pids(handle: ServerHandle) -> dict[int, int]:
-    """worker index -> its pid, the latest start of each, from the parent's log."""
-    found = re.findall(r"worker (\d+) started \(pid (\d+)\)", handle.log())
-    return {int(index): int(pid) for index, pid in found}
-
-
-def _wait_ready(url: str, ready: bool) -> None:
-    client = httpclient.InferenceServerClient(url)
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while time.monotonic() < deadline:
-            try:
-                if client.is_server_ready() == ready:
-                    return
-            except InferenceServerException:
-                pass  # a connection that reached the dying worker
-            time.sleep(0.05)
-    finally:
-        client.close()
-    raise AssertionError(f"server readiness never became {ready}")
 
 
 def test_statistics_and_metrics_count_every_request(server: ServerHandle) -> None:
@@ -406,14 +373,6 @@ def _wait_gone(pid: int) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"process {pid} still there")
-
-
-def _wait_restarted(handle: ServerHandle, index: int, victim: int) -> None:
-    """Until worker ``index`` (``victim`` was its pid) runs again and the server is ready."""
-    deadline = time.monotonic() + WAIT_S
-    while _worker_pids(handle)[index] == victim and time.monotonic() < deadline:
-        time.sleep(0.05)
-    _wait_ready(handle.http_url, True)
 
 
 _NEGATED_PY = _MODEL_PY.replace("[os.getpid()]", "[-os.getpid()]")  # a file: override

@@ -189,6 +189,17 @@ def test_workers_count() -> None:
             parser.parse_args([f"--workers={bad}"])
 
 
+def test_the_worker_change_timeout_needs_workers_and_positive_seconds() -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--worker-change-timeout-secs=5"])
+    assert "--worker-change-timeout-secs applies to --workers N > 1" in str(exit_info.value)
+    parser = build_parser()
+    assert parser.parse_args(["--worker-change-timeout-secs=2.5"]).worker_change_timeout_secs == 2.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([f"--worker-change-timeout-secs={bad}"])
+
+
 def test_the_openai_flags_set_their_options_and_need_allow_openai() -> None:
     options = _parse("--allow-openai=true", "--openai-port=9100", "--openai-address=127.0.0.1")
     assert (options.allow_openai, options.openai_port, options.openai_address) == (  # type: ignore[attr-defined]

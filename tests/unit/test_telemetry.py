@@ -214,7 +214,7 @@ def test_reporter_renders_each_model_and_custom_families() -> None:
     reporter = MetricsReporter(
         MetricsOptions(allow_cpu_metrics=False, allow_gpu_metrics=False),
         lambda: [model],  # type: ignore[list-item, return-value]
-        registry,
+        registry.snapshot,
     )
     families = {f.name: f for f in text_string_to_metric_families(reporter.render())}
     success = families["nv_inference_request_success"].samples[0]

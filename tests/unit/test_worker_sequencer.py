@@ -5,6 +5,7 @@ applies (the integration tests run the real one)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -112,10 +113,10 @@ class _Service:
 
 @asynccontextmanager
 async def _workers(
-    tmp_path: Path, count: int
+    tmp_path: Path, count: int, **sequencer_options: Any
 ) -> AsyncIterator[tuple[Sequencer, list[PeerLink], list[_Service]]]:
     board = WorkerBoard.create(tmp_path, count)
-    sequencer = Sequencer(board, alive=lambda index, pid: True)
+    sequencer = Sequencer(board, alive=lambda index, pid: True, **sequencer_options)
     sequencer.start()
     links = [PeerLink(board, i, SharedStatisticsFactory(board, i)) for i in range(count)]
     services = [_Service() for _ in range(count)]
@@ -164,6 +165,34 @@ def test_a_change_made_while_a_worker_joins_reaches_it_after_its_copy(tmp_path: 
             await asyncio.wait_for(asyncio.gather(joining, change), 10)
             assert services[1].applied == [1, 2]  # the copy, then the change
             assert services[0].log == services[1].log == {"log_verbose_level": 2}
+
+    asyncio.run(run())
+
+
+def test_a_hung_worker_fails_the_change_by_name_leaves_and_is_killed(tmp_path: Path) -> None:
+    killed: list[tuple[int, int]] = []
+
+    async def run() -> None:
+        options = {"kill": lambda index, pid: killed.append((index, pid)), "change_timeout_s": 0.5}
+        async with _workers(tmp_path, 2, **options) as (sequencer, links, services):
+            await _join_all(links, services)
+            services[1].gate = asyncio.Event()  # worker 1 never answers: hung
+            with pytest.raises(InternalError) as caught:
+                await asyncio.wait_for(
+                    links[0].call("update_log_settings", ({"log_verbose_level": 3},)), 10
+                )
+            assert "no answer to 'update_log_settings' within 0.5 s from worker 1" in str(
+                caught.value
+            )
+            assert "hung" in str(caught.value)
+            assert services[0].log == {"log_verbose_level": 3}  # the others applied it
+            await _until(lambda: killed == [(1, os.getpid())])
+            assert sorted(sequencer.members()) == [0]  # it gets no more changes
+            # The next change is not held up by it.
+            await asyncio.wait_for(
+                links[0].call("update_log_settings", ({"log_verbose_level": 4},)), 10
+            )
+            services[1].gate.set()
 
     asyncio.run(run())
 

@@ -11,11 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pytriton_core.backends.custom_metrics import (
-    MetricFamilySnapshot,
-    MetricKind,
-    MetricRegistry,
-)
+from pytriton_core.backends.custom_metrics import MetricFamilySnapshot, MetricKind
 from pytriton_core.inference.response_cache import ResponseCache
 from pytriton_core.metrics.exposition import write_family
 from pytriton_core.metrics.families import (
@@ -72,13 +68,14 @@ class MetricsReporter:
         self,
         options: MetricsOptions,
         models: Callable[[], Sequence[Model]],
-        custom: MetricRegistry | None = None,
+        custom: Callable[[], Sequence[MetricFamilySnapshot]] | None = None,
         pinned_pool: Callable[[], Mapping[str, Any]] | None = None,
         response_cache: ResponseCache | None = None,
     ) -> None:
         self._options = options
         self._response_cache = response_cache
         self._models = models
+        # The custom families' snapshot: the server's registry, or every worker's, added.
         self._custom = custom
         # The staging pool's stats(): pinned_limit_bytes (0: fell back to pageable memory)
         # and pinned_in_use_bytes, read at each scrape.
@@ -171,7 +168,7 @@ class MetricsReporter:
                 series = [((), family.system(snapshot))]
             write_family(out, family.name, family.kind.value, family.help, series)
         if self._custom is not None:
-            for custom in self._custom.snapshot():
+            for custom in self._custom():
                 write_family(
                     out,
                     custom.name,

@@ -201,30 +201,18 @@ class InferenceService:
 
     async def infer(self, model: Model, request: InferenceRequest) -> InferenceResponse:
         """Submit a request expecting exactly one response (HTTP /infer, gRPC ModelInfer)."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[InferenceResponse] = loop.create_future()
-        responses: list[InferenceResponse] = []
-
-        def collect(response: InferenceResponse | None, final: bool) -> None:
-            if response is not None:
-                responses.append(response)
-            if final and not done.done():
-                if len(responses) == 1:
-                    done.set_result(responses[0])
-                else:
-                    done.set_result(
-                        InferenceResponse.failed(
-                            InternalError(f"expected a single response, got {len(responses)}")
-                        )
-                    )
-
-        request.on_response = collect
+        answer = _SingleAnswer()
+        request.on_response = answer
         self.submit(model, request)
-        try:
-            return await done
-        except asyncio.CancelledError:  # the caller went away (a gRPC cancel or deadline)
-            request.cancel()
-            raise
+        if answer.value is None:  # not answered within submit (it did not run inline)
+            answer.future = asyncio.get_running_loop().create_future()
+            try:
+                await answer.future
+            except asyncio.CancelledError:  # the caller went away (a gRPC cancel or deadline)
+                request.cancel()
+                raise
+        assert answer.value is not None
+        return answer.value
 
     # ---------------------------------------------------- model repository
 
@@ -436,3 +424,31 @@ class InferenceService:
     def shm_output(self, output_name: str, ref: ShmReference) -> ShmOutput:
         """Where an output goes, its range checked now, before the model runs."""
         return self._shared_memory.output_target(output_name, ref)
+
+
+class _SingleAnswer:
+    """Collects a request's responses until its final one (``InferenceService.infer``).
+
+    A request that runs inline is answered before ``submit`` returns: then no future is
+    made and the handler never waits."""
+
+    __slots__ = ("future", "responses", "value")
+
+    def __init__(self) -> None:
+        self.responses: list[InferenceResponse] = []
+        self.value: InferenceResponse | None = None
+        self.future: asyncio.Future[None] | None = None
+
+    def __call__(self, response: InferenceResponse | None, final: bool) -> None:
+        if response is not None:
+            self.responses.append(response)
+        if not final or self.value is not None:
+            return
+        if len(self.responses) == 1:
+            self.value = self.responses[0]
+        else:
+            self.value = InferenceResponse.failed(
+                InternalError(f"expected a single response, got {len(self.responses)}")
+            )
+        if self.future is not None and not self.future.done():
+            self.future.set_result(None)

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.workers.board import WorkerBoard, WorkerState
 from pytriton_core.workers.peers import PeerLink
+from pytriton_core.workers.shared_metrics import SharedCustomMetrics
 from pytriton_core.workers.shared_stats import SharedStatisticsFactory
 
 PoolStats = Callable[[], Mapping[str, Any]]  # a pinned pool's ``stats``
@@ -31,17 +33,24 @@ class WorkerSeat:
         self,
         loop: asyncio.AbstractEventLoop,
         pinned_pool: PoolStats | None = None,
+        custom_metrics: SharedCustomMetrics | None = None,
         every_s: float = 1.0,
     ) -> None:
         """A worker whose parent died (SIGKILL: it could not drain its workers) drains
         itself, as on SIGTERM, instead of serving on without a supervisor. Each second,
-        also: the pinned pool's use, for the other workers' metrics."""
+        also: the pinned pool's use and the custom metrics, for the other workers'
+        scrapes."""
         if os.getppid() != self.parent_pid:
             os.kill(os.getpid(), signal.SIGTERM)
             return
         if pinned_pool is not None:
             self._publish_pinned(pinned_pool)
-        loop.call_later(every_s, self.watch_parent, loop, pinned_pool, every_s)
+        if custom_metrics is not None:
+            custom_metrics.publish()
+        loop.call_later(every_s, self.watch_parent, loop, pinned_pool, custom_metrics, every_s)
+
+    def shared_custom_metrics(self, registry: MetricRegistry) -> SharedCustomMetrics:
+        return SharedCustomMetrics(self.board, self.index, registry)
 
     def summed_pinned_pool(self, own: PoolStats) -> PoolStats:
         """What the metrics read of the pinned pool: every live worker's, added (this

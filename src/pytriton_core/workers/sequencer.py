@@ -16,14 +16,23 @@ for the joiner's ``{"op": "joined"}``, and adds it to the workers that get every
 
 Each connection runs on a thread of its own with blocking sockets: the parent has no event
 loop, and a change may wait minutes for a model to load.
+
+A worker that does not answer in time (a model that hangs in ``execute`` keeps its unload
+waiting, one that hangs in ``initialize`` its load) is *hung*: the change's answer names it,
+it gets no more changes, and once the asking worker has its answer the hung worker is
+killed (``kill``), so that the supervisor starts it again and it joins with the others'
+state. Loads and unloads wait ``change_timeout_s`` (``--worker-change-timeout-secs``), the
+other changes, which take milliseconds, at most ``_SETTER_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -34,18 +43,32 @@ from pytriton_core.workers.peers import error_answer, parent_socket_path, socket
 log = logging.getLogger(__name__)
 
 # A setter (log, trace, shared memory) answers in milliseconds; a worker that takes this
-# long is stuck, and the change fails naming it. Loads and unloads are not limited.
+# long is stuck, and the change fails naming it.
 _SETTER_TIMEOUT_S = 30.0
+DEFAULT_CHANGE_TIMEOUT_S = 600.0  # a load may compile or download for minutes
+# Before a hung worker is killed, for the asker (which may be that worker) to read its
+# answer, and then to pass it on to its client.
+_ANSWER_READ_S = 2.0
+_ANSWER_PASS_S = 0.5
 _REGISTRATIONS = {"register_system_shm": "system", "register_cuda_shm": "cuda"}
 
 
 class Sequencer:
     """``alive(index, pid)``: whether that worker process still runs (the supervisor's
-    view), to tell a worker that died during a change from one that failed it."""
+    view), to tell a worker that died during a change from one that failed it;
+    ``kill(index, pid)``: stop a hung worker (the supervisor starts it again)."""
 
-    def __init__(self, board: WorkerBoard, alive: Callable[[int, int], bool]) -> None:
+    def __init__(
+        self,
+        board: WorkerBoard,
+        alive: Callable[[int, int], bool],
+        kill: Callable[[int, int], None] | None = None,
+        change_timeout_s: float = DEFAULT_CHANGE_TIMEOUT_S,
+    ) -> None:
         self._board = board
         self._alive = alive
+        self._kill = kill
+        self._change_timeout_s = change_timeout_s
         self._order = threading.Lock()  # held for one change, or one join, at a time
         self._members_lock = threading.Lock()
         self._members: dict[int, int] = {}  # joined worker index -> its pid
@@ -97,26 +120,36 @@ class Sequencer:
             ).start()
 
     def _serve(self, connection: socket.socket) -> None:
+        hung: list[tuple[int, int]] = []
         try:
             with connection, connection.makefile("rwb") as stream:
-                self._answer(stream)
+                self._answer(connection, stream, hung)
         except OSError:  # the asking worker died meanwhile
             log.warning("a worker went away before its answer from the workers' parent")
+        finally:
+            for index, pid in hung:
+                self._stop_hung(index, pid)
 
-    def _answer(self, stream: Any) -> None:
+    def _stop_hung(self, index: int, pid: int) -> None:
+        log.error("worker %d (pid %d) is hung: killed, to be started again", index, pid)
+        if self._kill is not None:
+            self._kill(index, pid)
+
+    def _answer(self, connection: socket.socket, stream: Any, hung: list[tuple[int, int]]) -> None:
         line = stream.readline()
         if not line:
             return
         request = json.loads(line)
         try:
             if request.get("op") == "join":
-                self._join(request, stream)
+                self._join(request, connection, stream, hung)
                 return
             if request.get("op") == "change":
                 with self._members_lock:
                     self._pending += 1
                 try:
                     answer = self.change(request["message"])
+                    hung.extend((int(i), int(pid)) for i, pid in answer.pop("hung", []))
                 finally:
                     with self._members_lock:
                         self._pending -= 1
@@ -128,15 +161,23 @@ class Sequencer:
             log.exception("a change failed in the workers' parent")
             answer = error_answer(exc)
         _write(stream, answer)
+        if hung:  # the asker may be one of them: it reads its answer before the kill
+            connection.settimeout(_ANSWER_READ_S)
+            with contextlib.suppress(OSError):
+                stream.readline()
+            time.sleep(_ANSWER_PASS_S)
 
     # ------------------------------------------------------------ changes
 
     def change(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Apply ``message`` on every joined worker, after every change before it."""
+        """Apply ``message`` on every joined worker, after every change before it. The
+        answer's ``hung`` lists (index, pid) of the workers that did not answer in time:
+        they have left, and are to be killed."""
         with self._order:
             self._changes += 1
             message = {**message, "stamp": self._changes}
-            answers = self._send_all(message)
+            hung: list[tuple[int, int]] = []
+            answers = self._send_all(message, hung=hung)
             method = message.get("method")
             if method in _REGISTRATIONS and any(not a.get("ok") for a in answers.values()):
                 undo = {
@@ -145,10 +186,16 @@ class Sequencer:
                     "args": [_REGISTRATIONS[method], message["args"][0]],
                 }
                 took = [i for i, a in answers.items() if a.get("ok")]
-                self._send_all(undo, took)
+                self._send_all(undo, took, hung)
             if all(a.get("ok") for a in answers.values()):
                 self._remember(message)
-            return {"ok": True, "answers": {str(i): a for i, a in answers.items()}}
+            answer: dict[str, Any] = {
+                "ok": True,
+                "answers": {str(i): a for i, a in answers.items()},
+            }
+            if hung:
+                answer["hung"] = hung
+            return answer
 
     def _remember(self, message: dict[str, Any]) -> None:
         """What a joining worker cannot ask the others for: each model's last load (its
@@ -167,22 +214,34 @@ class Sequencer:
                 self._cuda.pop(region, None)
 
     def _send_all(
-        self, message: dict[str, Any], only: list[int] | None = None
+        self,
+        message: dict[str, Any],
+        only: list[int] | None = None,
+        hung: list[tuple[int, int]] | None = None,
     ) -> dict[int, dict[str, Any]]:
         members = self.members()
         targets = {i: pid for i, pid in members.items() if only is None or i in only}
-        futures = {i: self._pool.submit(self._send, i, message) for i in targets}
+        futures = {i: self._pool.submit(self._send, i, message, pid) for i, pid in targets.items()}
         answers = {}
         for index, future in futures.items():
             answer = future.result()
             if answer.get("lost") and not self._alive(index, targets[index]):
                 self.leave(index)  # died during the change: its successor joins again
                 continue
+            if answer.pop("hung", False):
+                self.leave(index)  # no more changes: it is killed and started again
+                if hung is not None:
+                    hung.append((index, targets[index]))
             answers[index] = answer
         return answers
 
-    def _send(self, index: int, message: dict[str, Any]) -> dict[str, Any]:
-        timeout = _SETTER_TIMEOUT_S if message["op"] == "call" else None
+    def _timeout(self, message: dict[str, Any]) -> float:
+        if message["op"] in ("load", "unload"):
+            return self._change_timeout_s
+        return min(_SETTER_TIMEOUT_S, self._change_timeout_s)
+
+    def _send(self, index: int, message: dict[str, Any], pid: int = 0) -> dict[str, Any]:
+        timeout = self._timeout(message)
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(timeout)
@@ -190,6 +249,14 @@ class Sequencer:
                 with sock.makefile("rwb") as stream:
                     _write(stream, message)
                     line = stream.readline()
+        except TimeoutError:
+            what = message.get("method", message["op"])
+            return {
+                "ok": False,
+                "error": f"no answer to '{what}' within {timeout:g} s from worker {index} "
+                f"(pid {pid}): it is hung, and is killed and started again",
+                "hung": True,
+            }
         except OSError as exc:
             return {"ok": False, "error": f"no answer ({exc})", "lost": True}
         if not line:
@@ -199,21 +266,40 @@ class Sequencer:
 
     # ------------------------------------------------------------ joining
 
-    def _join(self, request: dict[str, Any], stream: Any) -> None:
+    def _join(
+        self,
+        request: dict[str, Any],
+        connection: socket.socket,
+        stream: Any,
+        hung: list[tuple[int, int]],
+    ) -> None:
         index, pid = int(request["index"]), int(request["pid"])
         with self._order:
             state = None
-            for member in sorted(self.members()):
+            for member, member_pid in sorted(self.members().items()):
                 if member == index:
                     continue
-                answer = self._send(member, {"op": "state"})
+                answer = self._send(member, {"op": "state"}, member_pid)
+                if answer.pop("hung", False):
+                    self.leave(member)
+                    hung.append((member, member_pid))
                 if answer.get("ok"):
                     state = answer["result"]
                     break
             if state is not None:
                 state = {**state, "cuda_regions": list(self._cuda.values())}
             _write(stream, {"ok": True, "state": state, "loads": self._loads})
-            if not stream.readline():
+            # The joiner loads what the others serve: as long as that many loads may take.
+            loads = 1 + (0 if state is None else len(state.get("models", {})))
+            join_timeout_s = self._change_timeout_s * loads
+            connection.settimeout(join_timeout_s)
+            try:
+                joined = stream.readline()
+            except TimeoutError:
+                log.error("worker %d did not join within %g s", index, join_timeout_s)
+                hung.append((index, pid))
+                return
+            if not joined:
                 log.warning("worker %d went away while joining", index)
                 return
             with self._members_lock:

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from pytriton_core.workers.board import WorkerBoard, WorkerState
-from pytriton_core.workers.sequencer import Sequencer
+from pytriton_core.workers.sequencer import DEFAULT_CHANGE_TIMEOUT_S, Sequencer
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,11 @@ class Supervisor:
         count: int,
         command: Callable[[int, Path], Sequence[str]],
         exit_timeout_s: float,
+        change_timeout_s: float = DEFAULT_CHANGE_TIMEOUT_S,
     ) -> None:
         self._count = count
         self._command = command
+        self._change_timeout_s = change_timeout_s
         # The workers' own drain takes up to --exit-timeout-secs; past that and a margin
         # for unloading models, a worker still running is killed.
         self._kill_after_s = exit_timeout_s + 15.0
@@ -72,7 +74,7 @@ class Supervisor:
         cannot start (1)."""
         folder = board_folder()
         board = WorkerBoard.create(folder, self._count)
-        sequencer = Sequencer(board, self._alive)
+        sequencer = Sequencer(board, self._alive, self._kill_hung, self._change_timeout_s)
         sequencer.start()
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -101,6 +103,13 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             return True
         return False
+
+    def _kill_hung(self, index: int, pid: int) -> None:
+        """A hung worker (from the sequencer's thread): killed if it is still that
+        process; ``_watch`` sees it exit and starts it again."""
+        worker = self._workers.get(index)
+        if worker is not None and worker.process.pid == pid and worker.process.poll() is None:
+            worker.process.kill()
 
     def _spawn(self, board: WorkerBoard, index: int) -> None:
         argv = list(self._command(index, board.path))

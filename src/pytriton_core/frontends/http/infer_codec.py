@@ -465,10 +465,12 @@ def json_output_data(tensor: Tensor) -> Any:
                 f"output '{tensor.name}' holds bytes that are not valid UTF-8 and cannot be "
                 "sent as JSON; request it with binary_data"
             ) from None
-    data = np.ascontiguousarray(tensor.data).reshape(-1)
     if wire == "FP32":
         # Triton writes each float32 as the double it converts to (0.1 -> 0.10000000149...).
-        data = data.astype(np.float64)
+        # The widening copy is C-ordered already: no contiguous copy before it.
+        data = tensor.data.astype(np.float64, order="C").reshape(-1)
+    else:
+        data = np.ascontiguousarray(tensor.data).reshape(-1)
     if data.dtype.kind == "f" and not np.isfinite(data).all():
         return NonFiniteData(data)
     # orjson writes C-contiguous numpy arrays natively, without Python objects.

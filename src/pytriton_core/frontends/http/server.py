@@ -194,6 +194,9 @@ class HttpProtocol(asyncio.Protocol):
         self._drain_waiter: asyncio.Future[None] | None = None
         self._idle_timeout_s = idle_timeout_s
         self._idle_timer: asyncio.TimerHandle | None = None
+        # When the connection last became idle (time.monotonic), 0.0 while it is not: a
+        # request only stores this, the one timer re-arms itself for the time left.
+        self._idle_since = 0.0
         self._peer_check: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ asyncio
@@ -250,7 +253,7 @@ class HttpProtocol(asyncio.Protocol):
         return self._busy or bool(self._pending)
 
     def data_received(self, data: bytes) -> None:
-        self._disarm_idle_timer()
+        self._idle_since = 0.0  # busy now: the idle timer, when it fires, re-arms or stops
         if self._broken:
             return
         now = time.monotonic_ns()
@@ -492,21 +495,34 @@ class HttpProtocol(asyncio.Protocol):
     # ------------------------------------------------------------ idle connections
 
     def _arm_idle_timer(self) -> None:
-        if self._idle_timeout_s is None or self._transport is None or self._idle_timer:
+        if self._idle_timeout_s is None or self._transport is None or self._idle_since:
             return
-        self._idle_timer = asyncio.get_running_loop().call_later(
-            self._idle_timeout_s, self._close_idle
-        )
+        self._idle_since = time.monotonic()
+        if self._idle_timer is None:
+            self._idle_timer = asyncio.get_running_loop().call_later(
+                self._idle_timeout_s, self._close_idle
+            )
 
     def _disarm_idle_timer(self) -> None:
+        self._idle_since = 0.0
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
 
     def _close_idle(self) -> None:
+        """The idle timer fired: close the connection if it has been idle for the whole
+        timeout; if it has been busy since, wait for the time left (or, busy now, stop
+        until it is idle again)."""
         self._idle_timer = None
+        idle_since, timeout_s = self._idle_since, self._idle_timeout_s
+        if not idle_since or timeout_s is None or self._transport is None:
+            return
+        left = idle_since + timeout_s - time.monotonic()
+        if left > 0:
+            self._idle_timer = asyncio.get_running_loop().call_later(left, self._close_idle)
+            return
         if not self._busy and not self._pending and not self._receiving_since:
-            log.debug("closing an HTTP connection idle for %s s", self._idle_timeout_s)
+            log.debug("closing an HTTP connection idle for %s s", timeout_s)
             self._close_transport()
 
     def _cancel_timers(self) -> None:
