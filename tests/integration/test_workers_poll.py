@@ -19,18 +19,9 @@ import pytest
 import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
 from tritonclient.utils import InferenceServerException
-from workers_common import WAIT_S, answering_pid, wait_restarted, worker_pids
+from workers_common import PID_MODEL_CONFIG, WAIT_S, answering_pid, wait_restarted, worker_pids
 
 CONNECTIONS = 16  # new connections per check: the kernel spreads them over both workers
-
-_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "IN", data_type: TYPE_FP32, dims: [ 1 ] }} ]
-output [ {{ name: "PID", data_type: TYPE_INT64, dims: [ 1 ] }} ]
-instance_group [ {{ count: 1, kind: KIND_CPU }} ]
-"""
 
 _MODEL_PY = """
 import os
@@ -50,7 +41,7 @@ def _write_model(root: Path, name: str, config: str | None = None) -> None:
     folder = root / name
     (folder / "1").mkdir(parents=True)
     (folder / "1" / "model.py").write_text(_MODEL_PY)
-    text = textwrap.dedent(_CONFIG.format(name=name)) if config is None else config
+    text = textwrap.dedent(PID_MODEL_CONFIG.format(name=name)) if config is None else config
     # The config last: a poll that sees the folder before it is complete finds no config
     # and fails it; the next poll loads it.
     (folder / "config.pbtxt").write_text(text)
