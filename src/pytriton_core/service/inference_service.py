@@ -264,8 +264,10 @@ class InferenceService:
 
     async def poll_repository(self) -> None:
         """POLL mode under ``--workers N``: one poll of the repositories, when the parent
-        says (it keeps the clock, so that every worker polls as one change)."""
-        await self._manager.poll_once()
+        says (it keeps the clock, so that every worker polls as one change). A worker
+        that is stopping polls no more, as the poller of one process is stopped then."""
+        if not self.exiting:
+            await self._manager.poll_once()
 
     def ready_model_configs(self) -> dict[str, str]:
         """Each ready model's config as JSON (its newest ready version's): what a worker
