@@ -341,7 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if change_timeout_s is not None and options.workers <= 1:
         raise SystemExit("error: --worker-change-timeout-secs applies to --workers N > 1 only")
     if options.workers > 1 and args.worker_board is None:
-        return _supervise(options, given, change_timeout_s or DEFAULT_CHANGE_TIMEOUT_S)
+        poll_s = (
+            float(options.repository_poll_secs)
+            if options.model_control_mode is ModelControlMode.POLL
+            else None
+        )
+        return _supervise(options, given, change_timeout_s or DEFAULT_CHANGE_TIMEOUT_S, poll_s)
     seat = (
         None if args.worker_board is None else WorkerSeat.take(args.worker_board, args.worker_index)
     )
@@ -359,7 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _supervise(options: ServerOptions, argv: Sequence[str], change_timeout_s: float) -> int:
+def _supervise(
+    options: ServerOptions, argv: Sequence[str], change_timeout_s: float, poll_s: float | None
+) -> int:
     """The parent of ``--workers N``: the workers serve; it watches and restarts them."""
     LogControl(options.log).install()  # the --log-* settings, as a worker's
     supervisor = Supervisor(
@@ -367,5 +374,6 @@ def _supervise(options: ServerOptions, argv: Sequence[str], change_timeout_s: fl
         lambda index, board: worker_command(argv, index, board),
         options.exit_timeout_secs,
         change_timeout_s,
+        poll_s,
     )
     return supervisor.run()

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytriton_core.options import ModelControlMode, ServerOptions
+from pytriton_core.options import ServerOptions
 from pytriton_core.workers.sequencer import DEFAULT_CHANGE_TIMEOUT_S
 from pytriton_core.workers.supervisor import available_cores
 
@@ -69,11 +69,6 @@ def refusals(options: ServerOptions) -> list[str]:
     if options.workers <= 1:
         return []
     found = []
-    if options.model_control_mode is ModelControlMode.POLL:
-        found.append(
-            "--model-control-mode=poll: each worker would poll the repositories on its own "
-            "and reload at its own moment; use none or explicit"
-        )
     if options.metrics.summary_latencies and options.allow_metrics:
         # A summary's quantiles are over each worker's recent window: they do not add up.
         found.append(

@@ -152,11 +152,14 @@ class ServerRuntime:
         if self._peers is not None:
             # Take every change from now on; started in a dead worker's place, first serve
             # what the other workers serve, with the settings and regions they have.
+            mode = self.options.model_control_mode
             await self._peers.join(
                 self._service,
-                explicit_models=self.options.model_control_mode is ModelControlMode.EXPLICIT,
+                explicit_models=mode is ModelControlMode.EXPLICIT,
+                polled_models=mode is ModelControlMode.POLL,
             )
-        if self.options.model_control_mode is ModelControlMode.POLL:
+        if self.options.model_control_mode is ModelControlMode.POLL and self._peers is None:
+            # Under --workers N the parent keeps the poll's clock (``workers/sequencer.py``).
             self._poller = asyncio.get_running_loop().create_task(
                 manager.poll_forever(self.options.repository_poll_secs)
             )

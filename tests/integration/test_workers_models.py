@@ -23,18 +23,16 @@ import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
-from workers_common import WAIT_S, answering_pid, metrics_page, wait_restarted, worker_pids
+from workers_common import (
+    PID_MODEL_CONFIG,
+    WAIT_S,
+    answering_pid,
+    metrics_page,
+    wait_restarted,
+    worker_pids,
+)
 
 CHANGE_TIMEOUT_S = 4.0
-
-_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "IN", data_type: TYPE_FP32, dims: [ 1 ] }} ]
-output [ {{ name: "PID", data_type: TYPE_INT64, dims: [ 1 ] }} ]
-instance_group [ {{ count: 1, kind: KIND_CPU }} ]
-"""
 
 # Counts its requests three ways: a counter, a gauge moved up per request (each worker's
 # share of a server-wide quantity) and a histogram of the input.
@@ -142,7 +140,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("workers-models")
     for name, code in _MODELS.items():
         (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(textwrap.dedent(_CONFIG.format(name=name)))
+        (root / name / "config.pbtxt").write_text(
+            textwrap.dedent(PID_MODEL_CONFIG.format(name=name))
+        )
         (root / name / "1" / "model.py").write_text(code)
     return root
 

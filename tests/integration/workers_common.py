@@ -15,6 +15,17 @@ from tritonclient.utils import InferenceServerException
 
 WAIT_S = 90.0  # a wait, not a limit: a loaded machine starts a worker slowly
 
+# A Python model taking FP32 ``IN`` and answering with its process's pid (``PID``): which
+# worker ran a request. ``{name}`` is the model's name.
+PID_MODEL_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "IN", data_type: TYPE_FP32, dims: [ 1 ] }} ]
+output [ {{ name: "PID", data_type: TYPE_INT64, dims: [ 1 ] }} ]
+instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+"""
+
 
 def answering_pid(url: str, model: str, name: str, value: float) -> int:
     """One request (FP32 ``name`` = ``value``) on a connection of its own, to a model that

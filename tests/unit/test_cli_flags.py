@@ -167,7 +167,6 @@ def test_backend_config_keys_that_nothing_reads_are_said_at_startup() -> None:
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
-        (["--model-control-mode=poll"], "--model-control-mode=poll"),
         (["--metrics-config", "summary_latencies=true"], "summary_latencies"),
         (["--http-port=0"], "--http-port=0"),
     ],

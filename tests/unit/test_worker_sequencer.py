@@ -32,6 +32,8 @@ class _Service:
         self.gate: asyncio.Event | None = None  # holds update_log_settings while unset
         self.at_gate = False
         self.refuse_regions = False
+        self.events: list[str] = []  # each poll and log change applied, in order
+        self.poll_gate: asyncio.Event | None = None  # holds poll_repository while unset
 
     async def load_model(
         self,
@@ -47,6 +49,11 @@ class _Service:
         self, name: str, unload_dependents: bool = False, *, replicate: bool = True
     ) -> None:
         raise AssertionError("no model is unloaded here")
+
+    async def poll_repository(self) -> None:
+        if self.poll_gate is not None:
+            await self.poll_gate.wait()
+        self.events.append("poll")
 
     def ready_model_configs(self) -> dict[str, str]:
         return {}
@@ -77,6 +84,7 @@ class _Service:
             await self.gate.wait()
         self.log.update(changes)
         self.applied.append(changes.get("log_verbose_level"))
+        self.events.append(f"log {changes.get('log_verbose_level')}")
         return dict(self.log)
 
     async def update_trace_settings(
@@ -252,5 +260,47 @@ def test_a_joining_worker_takes_the_regions_of_the_others(tmp_path: Path) -> Non
             assert [(s.regions, s.cuda) for s in services[:2]] == [({}, {}), ({}, {})]
             await links[2].join(services[2], explicit_models=False)
             assert (services[2].regions, services[2].cuda) == ({}, {})
+
+    asyncio.run(run())
+
+
+def test_the_parents_poll_reaches_every_worker_in_order_with_the_other_changes(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        async with _workers(tmp_path, 2, poll_interval_s=0.02) as (_sequencer, links, services):
+            await _join_all(links, services)
+            for level in range(1, 6):
+                await links[level % 2].call("update_log_settings", ({"log_verbose_level": level},))
+                polls = services[0].events.count("poll")
+                await _until(lambda n=polls: services[0].events.count("poll") >= n + 2)
+            # From the first change both took (before it: each one's join), one order:
+            # the same polls between the same log changes on both workers.
+            first, second = (s.events[s.events.index("log 1") :] for s in services)
+            shorter = min(len(first), len(second))
+            assert first[:shorter] == second[:shorter]
+            assert [e for e in first if e.startswith("log")] == [f"log {n}" for n in range(1, 6)]
+            assert shorter >= 13
+
+    asyncio.run(run())
+
+
+def test_a_worker_that_does_not_finish_a_poll_in_time_is_killed(tmp_path: Path) -> None:
+    killed: list[tuple[int, int]] = []
+
+    async def run() -> None:
+        options = {
+            "kill": lambda index, pid: killed.append((index, pid)),
+            "change_timeout_s": 0.5,
+            "poll_interval_s": 0.05,
+        }
+        async with _workers(tmp_path, 2, **options) as (sequencer, links, services):
+            await _join_all(links, services)
+            services[1].poll_gate = asyncio.Event()  # a model hung in initialize
+            await _until(lambda: killed == [(1, os.getpid())])
+            assert sorted(sequencer.members()) == [0]
+            polls = services[0].events.count("poll")
+            await _until(lambda: services[0].events.count("poll") > polls)  # polls go on
+            services[1].poll_gate.set()
 
     asyncio.run(run())

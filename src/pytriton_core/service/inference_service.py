@@ -239,8 +239,12 @@ class InferenceService:
     ) -> None:
         """Load or reload a model; ``files`` ("file:<version>/<path>" → bytes) need a config.
         With ``--workers N`` every other worker loads it too before this returns (unless
-        ``replicate`` is False: the call came from another worker)."""
-        self._require_explicit_mode()
+        ``replicate`` is False: the parent sends it, which in POLL mode a joining worker
+        uses to serve what the others polled)."""
+        if replicate:
+            self._require_explicit_mode()
+        else:
+            self.check_serving()
         if replicate and self._peers is not None:
             await self._peers.load(name, config, files)
         else:
@@ -249,11 +253,21 @@ class InferenceService:
     async def unload_model(
         self, name: str, unload_dependents: bool = False, *, replicate: bool = True
     ) -> None:
-        self._require_explicit_mode()
+        if replicate:
+            self._require_explicit_mode()
+        else:
+            self.check_serving()
         if replicate and self._peers is not None:
             await self._peers.unload(name, unload_dependents)
         else:
             await self._manager.unload(name, unload_dependents)
+
+    async def poll_repository(self) -> None:
+        """POLL mode under ``--workers N``: one poll of the repositories, when the parent
+        says (it keeps the clock, so that every worker polls as one change). A worker
+        that is stopping polls no more, as the poller of one process is stopped then."""
+        if not self.exiting:
+            await self._manager.poll_once()
 
     def ready_model_configs(self) -> dict[str, str]:
         """Each ready model's config as JSON (its newest ready version's): what a worker

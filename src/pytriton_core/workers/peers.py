@@ -11,7 +11,8 @@ another while the other waits for it.
 Each worker listens on a Unix socket in the board's private folder (0700, made by the
 parent), for what the parent sends. One JSON object a line, each way: ``{"op": "load",
 "name", "config", "files": {name: base64}, "stamp"}``, ``{"op": "unload", "name",
-"unload_dependents"}``, ``{"op": "call", "method", "args"}`` for the service's setters
+"unload_dependents"}``, ``{"op": "poll"}`` (POLL mode: poll the repositories once, as
+the parent's clock says), ``{"op": "call", "method", "args"}`` for the service's setters
 (log and trace settings, shared-memory registrations) or ``{"op": "state"}`` (what a worker
 joining asks for, through the parent: the ready models with their configs and load stamps,
 the log settings, the global and per-model trace settings and the system shared-memory
@@ -71,6 +72,8 @@ class RepositoryCalls(Protocol):
     async def unload_model(
         self, name: str, unload_dependents: bool = False, *, replicate: bool = True
     ) -> None: ...
+
+    async def poll_repository(self) -> None: ...
 
     def ready_model_configs(self) -> dict[str, str]: ...
 
@@ -201,10 +204,14 @@ class PeerLink:
 
     # ------------------------------------------------------------ joining
 
-    async def join(self, calls: RepositoryCalls, explicit_models: bool) -> None:
+    async def join(
+        self, calls: RepositoryCalls, explicit_models: bool, polled_models: bool = False
+    ) -> None:
         """Join the workers that take every change: apply the state of one that has
         joined (a worker started in a dead one's place), while the parent holds back
-        every change, then tell it so."""
+        every change, then tell it so. ``explicit_models``: load what the others loaded
+        through the API; ``polled_models`` (POLL mode): serve the models the others
+        polled, from the repository, with their load stamps."""
         try:
             reader, writer = await asyncio.open_unix_connection(
                 parent_socket_path(self._board), limit=LIMIT
@@ -220,7 +227,9 @@ class PeerLink:
                 raise InternalError("the workers' parent closed without an answer")
             reply = json.loads(line)
             if reply.get("state") is not None:
-                await self._copy_state(calls, reply["state"], reply["loads"], explicit_models)
+                await self._copy_state(
+                    calls, reply["state"], reply["loads"], explicit_models, polled_models
+                )
             writer.write(b'{"op": "joined"}\n')
             await writer.drain()
             if not await reader.readline():
@@ -234,11 +243,14 @@ class PeerLink:
         state: dict[str, Any],
         loads: dict[str, dict[str, Any]],
         explicit_models: bool,
+        polled_models: bool = False,
     ) -> None:
         """Serve what the other workers serve (``explicit_models``: load what they have
-        loaded, as they loaded it, files included, with their load stamps), with their
-        log and trace settings and system shared-memory regions."""
-        if explicit_models:
+        loaded, as they loaded it, files included, with their load stamps;
+        ``polled_models``: the same models from the repository, where they were polled
+        since this worker's start loads took other stamps), with their log and trace
+        settings and system shared-memory regions."""
+        if explicit_models or polled_models:
             models: dict[str, dict[str, Any]] = state["models"]
             mine = {name: _stamp(stats) for name, stats in calls.ready_model_statistics().items()}
             self._statistics.stamps = {name: int(m["stamp"]) for name, m in models.items()}
@@ -251,7 +263,9 @@ class PeerLink:
                         # so that it starts again here even where its files are unchanged.
                         await calls.unload_model(name, replicate=False)
                     message = loads.get(name)
-                    if message is not None:
+                    if polled_models:
+                        await _load_polled(calls, name)
+                    elif message is not None:
                         await calls.load_model(
                             name, message["config"], _files(message), replicate=False
                         )
@@ -339,6 +353,18 @@ async def _unload(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, 
     return {"ok": True}
 
 
+async def _poll(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, Any]:
+    await calls.poll_repository()
+    return {"ok": True}
+
+
+async def _load_polled(calls: RepositoryCalls, name: str) -> None:
+    try:
+        await calls.load_model(name, replicate=False)
+    except ServerError as exc:  # removed from the folder since: the next poll unloads it
+        log.warning("could not load model '%s' as the other workers: %s", name, exc.status_text)
+
+
 async def _state(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, Any]:
     stats = calls.ready_model_statistics()
     return {
@@ -365,7 +391,13 @@ async def _call(calls: RepositoryCalls, message: dict[str, Any]) -> dict[str, An
     return {"ok": True, "result": result}
 
 
-_HANDLERS: dict[str, _Handler] = {"load": _load, "unload": _unload, "state": _state, "call": _call}
+_HANDLERS: dict[str, _Handler] = {
+    "load": _load,
+    "unload": _unload,
+    "poll": _poll,
+    "state": _state,
+    "call": _call,
+}
 
 
 def load_message(

@@ -23,6 +23,15 @@ it gets no more changes, and once the asking worker has its answer the hung work
 killed (``kill``), so that the supervisor starts it again and it joins with the others'
 state. Loads and unloads wait ``change_timeout_s`` (``--worker-change-timeout-secs``), the
 other changes, which take milliseconds, at most ``_SETTER_TIMEOUT_S``.
+
+In POLL mode (``poll_interval_s``) the parent, not each worker, keeps the poll's clock:
+every interval it sends ``{"op": "poll"}`` as one change, in order with the others, and
+each worker polls its repositories once (the same folders, so the same decisions), the
+loads it makes stamped with that change. A worker joining in POLL mode makes the members
+poll first, under the same order, so that what it loaded at start from the folders as
+they are now is what they serve; it then takes their stamps (see ``peers.py``). A poll
+that a worker does not finish in time (a model hung in ``initialize``) makes it hung,
+as for a load.
 """
 
 from __future__ import annotations
@@ -64,8 +73,11 @@ class Sequencer:
         alive: Callable[[int, int], bool],
         kill: Callable[[int, int], None] | None = None,
         change_timeout_s: float = DEFAULT_CHANGE_TIMEOUT_S,
+        poll_interval_s: float | None = None,
     ) -> None:
         self._board = board
+        self._poll_interval_s = poll_interval_s
+        self._closed = threading.Event()
         self._alive = alive
         self._kill = kill
         self._change_timeout_s = change_timeout_s
@@ -85,8 +97,11 @@ class Sequencer:
         listener.listen(64)
         self._listener = listener
         threading.Thread(target=self._accept, name="sequencer", daemon=True).start()
+        if self._poll_interval_s is not None:
+            threading.Thread(target=self._poll_forever, name="sequencer-poll", daemon=True).start()
 
     def close(self) -> None:
+        self._closed.set()
         if self._listener is not None:
             self._listener.close()
             self._listener = None
@@ -167,6 +182,28 @@ class Sequencer:
                 stream.readline()
             time.sleep(_ANSWER_PASS_S)
 
+    # ------------------------------------------------------------ polling
+
+    def _poll_forever(self) -> None:
+        interval = self._poll_interval_s
+        assert interval is not None
+        while not self._closed.wait(interval):
+            try:
+                self.poll()
+            except Exception:  # the next interval polls again
+                log.exception("polling the model repositories of the workers failed")
+
+    def poll(self) -> dict[str, Any]:
+        """Every joined worker polls its repositories once, as one change; a worker that
+        did not finish in time is killed (no worker waits for this answer)."""
+        answer = self.change({"op": "poll"})
+        for index, pid in answer.pop("hung", []):
+            self._stop_hung(index, pid)
+        for index, reply in sorted(answer["answers"].items()):
+            if not reply.get("ok"):
+                log.error("worker %s failed to poll the repositories: %s", index, reply["error"])
+        return answer
+
     # ------------------------------------------------------------ changes
 
     def change(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -236,7 +273,7 @@ class Sequencer:
         return answers
 
     def _timeout(self, message: dict[str, Any]) -> float:
-        if message["op"] in ("load", "unload"):
+        if message["op"] in ("load", "unload", "poll"):
             return self._change_timeout_s
         return min(_SETTER_TIMEOUT_S, self._change_timeout_s)
 
@@ -275,6 +312,11 @@ class Sequencer:
     ) -> None:
         index, pid = int(request["index"]), int(request["pid"])
         with self._order:
+            if self._poll_interval_s is not None:
+                # The joiner loaded from the folders as they are now: the members poll
+                # first, so that they serve the same.
+                self._changes += 1
+                self._send_all({"op": "poll", "stamp": self._changes}, hung=hung)
             state = None
             for member, member_pid in sorted(self.members().items()):
                 if member == index:

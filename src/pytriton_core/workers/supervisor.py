@@ -55,8 +55,10 @@ class Supervisor:
         command: Callable[[int, Path], Sequence[str]],
         exit_timeout_s: float,
         change_timeout_s: float = DEFAULT_CHANGE_TIMEOUT_S,
+        poll_interval_s: float | None = None,
     ) -> None:
         self._count = count
+        self._poll_interval_s = poll_interval_s  # POLL mode: the parent keeps the clock
         self._command = command
         self._change_timeout_s = change_timeout_s
         # The workers' own drain takes up to --exit-timeout-secs; past that and a margin
@@ -74,7 +76,9 @@ class Supervisor:
         cannot start (1)."""
         folder = board_folder()
         board = WorkerBoard.create(folder, self._count)
-        sequencer = Sequencer(board, self._alive, self._kill_hung, self._change_timeout_s)
+        sequencer = Sequencer(
+            board, self._alive, self._kill_hung, self._change_timeout_s, self._poll_interval_s
+        )
         sequencer.start()
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
