@@ -549,9 +549,9 @@ class ProcessInstance(BackendInstance):
         pending, worker.pending = worker.pending, None
         worker.executing_since = 0.0
         if pending is not None:
-            # The events reader sees the same end at once and names the cause.
-            worker.dead.wait(_DEATH_REPORT_S)
-            pending[2](InternalError(worker.death_text or "the model's worker process died"))
+            # The events reader sees the same end at once and names the cause; the loop
+            # looks again shortly rather than wait for it (other models keep being served).
+            _fail_once_reported(worker, pending[2], time.monotonic() + _DEATH_REPORT_S)
 
     def _place(
         self, worker: _Worker, requests: Sequence[InferenceRequest]
@@ -577,6 +577,18 @@ class ProcessInstance(BackendInstance):
             header["inputs"] = [next(refs) for _ in request.inputs]
             batch.append(header)
         return batch, fds
+
+
+def _fail_once_reported(worker: _Worker, finished: Finished, deadline: float) -> None:
+    """On the loop: fail a dead worker's batch with the cause its death is reported with,
+    once the events reader has it (or ``deadline`` has passed)."""
+    if not worker.dead.is_set() and time.monotonic() < deadline:
+        assert worker.watched is not None
+        worker.watched.call_later(
+            _WATCH_INTERVAL_S, _fail_once_reported, worker, finished, deadline
+        )
+        return
+    finished(InternalError(worker.death_text or "the model's worker process died"))
 
 
 def _answered(
