@@ -23,6 +23,7 @@ from types import FrameType
 
 from pytriton_core.workers.board import WorkerBoard, WorkerState
 from pytriton_core.workers.sequencer import DEFAULT_CHANGE_TIMEOUT_S, Sequencer
+from pytriton_core.workers.summary_board import SummaryBoard
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,9 @@ class Supervisor:
         cannot start (1)."""
         folder = board_folder()
         board = WorkerBoard.create(folder, self._count)
+        # Beside it, the latency summaries' windows (sparse: nothing until a worker with
+        # summary_latencies claims a block).
+        summaries = SummaryBoard.create(folder, self._count)
         sequencer = Sequencer(
             board, self._alive, self._kill_hung, self._change_timeout_s, self._poll_interval_s
         )
@@ -93,6 +97,7 @@ class Supervisor:
                 signal.signal(sig, handler)
             sequencer.close()
             board.close()
+            summaries.close()
             shutil.rmtree(folder, ignore_errors=True)
 
     def _alive(self, index: int, pid: int) -> bool:
