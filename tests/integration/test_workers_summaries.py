@@ -13,7 +13,6 @@ from __future__ import annotations
 import textwrap
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
