@@ -16,7 +16,7 @@ from pytriton_core.inference.statistics import (
     ComputeTiming,
     ModelStatistics,
     SlidingSummary,
-    nearest_rank,
+    nearest_ranks,
 )
 from pytriton_core.options import MetricsOptions
 from pytriton_core.workers.board import WorkerBoard
@@ -45,7 +45,8 @@ def _succeed(stats: ModelStatistics, request_us: int, now_ns: int) -> None:
 
 
 def _expected(values: list[float]) -> list[float]:
-    return nearest_rank(sorted(values), QUANTILES)
+    ordered = sorted(values)
+    return [ordered[i] for i in nearest_ranks(len(ordered), QUANTILES)]
 
 
 def test_quantiles_are_over_the_union_of_every_workers_window(tmp_path: Path) -> None:

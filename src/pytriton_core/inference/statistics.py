@@ -171,11 +171,10 @@ class Summary(Protocol):
         ...
 
 
-def nearest_rank(values: Sequence[float], qs: Sequence[float]) -> list[float]:
-    """The value at each quantile ``qs`` of ``values`` (sorted, not empty), by nearest
+def nearest_ranks(count: int, qs: Sequence[float]) -> list[int]:
+    """Where each quantile ``qs`` is among ``count`` sorted values (not none), by nearest
     rank."""
-    last = len(values) - 1
-    return [values[min(last, max(0, math.ceil(q * len(values)) - 1))] for q in qs]
+    return [min(count - 1, max(0, math.ceil(q * count) - 1)) for q in qs]
 
 
 class SlidingSummary:
@@ -204,7 +203,7 @@ class SlidingSummary:
         values = sorted(value for _, value in self._window)
         if not values:
             return [math.nan] * len(qs)
-        return nearest_rank(values, qs)
+        return [values[i] for i in nearest_ranks(len(values), qs)]
 
 
 class Histogram:

@@ -38,7 +38,7 @@ from pytriton_core.inference.statistics import (
     SUMMARY_CAPACITY,
     SUMMARY_MAX_AGE_NS,
     LatencySummaries,
-    nearest_rank,
+    nearest_ranks,
 )
 from pytriton_core.workers.board import ENTRY_CAPACITY
 
@@ -165,10 +165,10 @@ class WorkersSummary:
 
 
 def _ranked(qs: Sequence[float], windows: Sequence[np.ndarray]) -> list[float]:
-    values: list[float] = np.sort(np.concatenate(windows)).tolist() if windows else []
-    if not values:
+    values = np.sort(np.concatenate(windows))
+    if not len(values):
         return [math.nan] * len(qs)
-    return nearest_rank(values, qs)
+    return [float(values[i]) for i in nearest_ranks(len(values), qs)]
 
 
 class SummaryBlock:
