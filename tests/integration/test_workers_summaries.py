@@ -5,11 +5,14 @@ both workers, quantiles over both workers' windows.
 The model sleeps for the delay each request asks (``DELAY_S``) and answers with its pid, so
 the test knows which worker ran which request and what each request's compute time was at
 least: quantile 1 (the window's largest) must be the largest delay of either worker, seen
-through both.
+through both. A worker killed between requests keeps its observations counted, and the
+worker started in its place continues them.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import textwrap
 import time
 from collections.abc import Iterator
@@ -18,7 +21,13 @@ import pytest
 import tritonclient.http as httpclient
 from harness import ServerHandle, run_pytriton_server
 from prometheus_client.parser import text_string_to_metric_families
-from workers_common import PID_MODEL_CONFIG, answering_pid, metrics_page, worker_pids
+from workers_common import (
+    PID_MODEL_CONFIG,
+    answering_pid,
+    metrics_page,
+    wait_restarted,
+    worker_pids,
+)
 
 MODEL = "sleepy"
 _MODEL_PY = """
@@ -116,3 +125,25 @@ def test_summaries_are_over_every_worker(server: ServerHandle) -> None:
         assert infer["1"] >= longest_us
         request = summaries["nv_inference_request_summary_us"]
         assert request["1"] >= infer["1"] and request["0"] >= infer["0"]
+
+
+def test_a_killed_workers_observations_still_count_and_its_successor_continues(
+    server: ServerHandle,
+) -> None:
+    # Longer delays than before, each its own: the longest is one worker's alone.
+    delays = [0.08 + 0.003 * i for i in range(8)]
+    served = {delay: answering_pid(server.http_url, MODEL, "IN", delay) for delay in delays}
+    before = _summaries(server)["nv_inference_request_summary_us"]["_count"]
+    longest = max(delays)
+    victim = served[longest]
+    index = next(i for i, pid in worker_pids(server).items() if pid == victim)
+    os.kill(victim, signal.SIGKILL)  # between requests: it loses none
+    wait_restarted(server, index, victim)
+    pids = {answering_pid(server.http_url, MODEL, "IN", 0.0) for _ in range(16)}
+    assert pids == set(worker_pids(server).values()), "both workers should have served"
+    for _ in range(6):  # through either worker, the new one included
+        summaries = _summaries(server)
+        for family, samples in summaries.items():
+            assert samples["_count"] == before + 16, family
+        # The dead worker's observations of the last 60 s are still in the window.
+        assert summaries["nv_inference_compute_infer_summary_us"]["1"] >= longest * 1e6
