@@ -177,3 +177,12 @@ def test_without_summaries_no_block_is_claimed(tmp_path: Path, workers: int) -> 
     board = WorkerBoard.create(tmp_path, workers)  # no summaries file: none is needed
     stats = SharedStatisticsFactory(board, 0)("m", 1, MetricsOptions(), None)
     assert stats.summaries is None and stats.summary_board is None
+
+
+def test_a_load_whose_summaries_cannot_be_shared_fails_and_frees_its_entry(
+    tmp_path: Path,
+) -> None:
+    board = WorkerBoard.create(tmp_path, 2)  # no summaries file beside it
+    with pytest.raises(FileNotFoundError):
+        SharedStatisticsFactory(board, 0)("m", 1, SUMMARIES, None)
+    assert board.slot(0).find("m", 1, 0) is None

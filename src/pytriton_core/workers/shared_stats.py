@@ -6,6 +6,10 @@ the instances update); each ``record_*`` then copies the scalars (and the execut
 size's entry) into the slot, which costs a ``struct.pack_into`` per executed batch and per
 completed request. ``snapshot()`` is what the statistics extension and the Prometheus
 page read: this worker's counters plus every other live worker's from the board.
+
+The latency summaries (``summary_latencies``) do not fit the board: their windows live in
+the summaries file beside it (``summary_board.py``), one block per board entry, and a
+snapshot's summaries rank every worker's windows together.
 """
 
 from __future__ import annotations
@@ -400,7 +404,11 @@ class SharedStatisticsFactory:
                 )
         _seed(stats, counters)
         if stats.summaries is not None:
-            self._share_summaries(stats, entry, inherited)
+            try:
+                self._share_summaries(stats, entry, inherited)
+            except Exception:
+                stats.release()  # the load fails: its board entry is not left claimed
+                raise
         return stats
 
     def _share_summaries(self, stats: SharedStatistics, entry: int, inherited: bool) -> None:
