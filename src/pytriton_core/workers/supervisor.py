@@ -3,7 +3,8 @@ listen on the same ports (SO_REUSEPORT), restarts one that dies, and drains them
 SIGINT/SIGTERM.
 
 The parent serves nothing itself and never starts an event loop, gRPC or a model: it
-holds the board (``board.py``) that the workers share, orders the changes every worker
+holds the board (``board.py``) and the summaries file (``summary_board.py``) that the
+workers share, orders the changes every worker
 applies (``sequencer.py``), and watches them.
 """
 
