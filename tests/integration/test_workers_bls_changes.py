@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import ServerHandle, run_pytriton_server
+from harness import ServerHandle, run_pytriton_server, write_python_model
 from tritonclient.utils import InferenceServerException
 from workers_common import PID_MODEL_CONFIG, WAIT_S, answering_pid, worker_pids
 
@@ -123,16 +123,10 @@ _MANAGERS = {"manager": "", "manager_proc": _PROCESS_MODE, "self_unloader": "", 
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("workers-bls-changes")
     for name, extra in _MANAGERS.items():
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(
-            textwrap.dedent(_MANAGER_CONFIG.format(name=name, extra=extra))
-        )
-        (root / name / "1" / "model.py").write_text(_MANAGER_PY)
-    (root / "other" / "1").mkdir(parents=True)
-    (root / "other" / "config.pbtxt").write_text(
-        textwrap.dedent(PID_MODEL_CONFIG.format(name="other"))
-    )
-    (root / "other" / "1" / "model.py").write_text(_PID_PY)
+        config = textwrap.dedent(_MANAGER_CONFIG.format(name=name, extra=extra))
+        write_python_model(root, name, config, _MANAGER_PY)
+    pid_config = textwrap.dedent(PID_MODEL_CONFIG.format(name="other"))
+    write_python_model(root, "other", pid_config, _PID_PY)
     return root
 
 

@@ -8,6 +8,11 @@ worker's answer; the sender answers its client with its own. So two changes of t
 thing through two workers land in the same order everywhere, and no worker waits for
 another while the other waits for it.
 
+A model's ``pb_utils.load_model`` / ``unload_model`` from its ``execute`` is sent to the
+parent like a client's change, with the asking model's name (``"caller"``, beside the
+message), and applied as the parent sends it back, on this worker's event loop (the
+asking instance thread only waits).
+
 Each worker listens on a Unix socket in the board's private folder (0700, made by the
 parent), for what the parent sends. One JSON object a line, each way: ``{"op": "load",
 "name", "config", "files": {name: base64}, "stamp"}``, ``{"op": "unload", "name",

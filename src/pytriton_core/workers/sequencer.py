@@ -14,6 +14,12 @@ change (with its files, so that a ``file:`` override is loaded again as it was) 
 CUDA shared-memory registrations (with their IPC handles, which no status shows), waits
 for the joiner's ``{"op": "joined"}``, and adds it to the workers that get every change.
 
+A change that a Python model asks for from its ``execute`` (``pb_utils.load_model`` /
+``unload_model``) names that model (``"caller"``): its execution waits in its worker for
+the answer, so the change is refused at once while the order is held by a load or unload
+of that model (which waits for the model's executions to end), and once it has waited
+``change_timeout_s`` for the order, rather than wait on what waits for it.
+
 Each connection runs on a thread of its own with blocking sockets: the parent has no event
 loop, and a change may wait minutes for a model to load.
 
