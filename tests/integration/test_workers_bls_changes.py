@@ -28,8 +28,9 @@ from workers_common import PID_MODEL_CONFIG, WAIT_S, answering_pid, worker_pids
 CONNECTIONS = 16  # each request on a connection of its own: both workers take some
 EXIT_TIMEOUT_S = 10  # how long an unload waits for the requests in flight
 
-# ACTION ("load", "load_broken", "unload", "unload_self", "wait_then_load") on NAME; answers
-# READY (NAME's readiness on this worker afterwards) and PID, or the call's error.
+# ACTION ("load", "load_files", "load_broken", "unload", "unload_self", "wait_then_load")
+# on NAME; answers READY (NAME's readiness on this worker afterwards) and PID, or the
+# call's error.
 _MANAGER_CONFIG = """
 name: "{name}"
 backend: "python"
@@ -77,6 +78,19 @@ class TritonPythonModel:
             try:
                 if action == "load":
                     pb_utils.load_model(name)
+                elif action == "load_files":  # "other"'s model, from a config and files
+                    config = {
+                        "name": name,
+                        "backend": "python",
+                        "max_batch_size": 0,
+                        "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [1]}],
+                        "output": [{"name": "PID", "data_type": "TYPE_INT64", "dims": [1]}],
+                        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+                    }
+                    source = os.path.join(os.path.dirname(self.folder), "other", "1", "model.py")
+                    with open(source, "rb") as code:
+                        files = {"file:1/model.py": code.read()}
+                    pb_utils.load_model(name, config=json.dumps(config), files=files)
                 elif action == "load_broken":
                     config = {"name": name, "backend": "python", "max_batch_size": 0}
                     pb_utils.load_model(
@@ -192,6 +206,17 @@ def test_a_load_and_an_unload_from_execute_reach_every_worker_before_the_call_re
         with pytest.raises(InferenceServerException, match="has no available versions"):
             answering_pid(server.http_url, "other", "IN", 0.0)
     assert set(worker_pids(server).values()) == pids, "no worker was restarted"
+
+
+def test_a_load_with_a_config_and_files_from_execute_reaches_every_worker(
+    server: ServerHandle,
+) -> None:
+    pids = set(worker_pids(server).values())
+    assert _ask(server, "manager", "load_files", "from_files").as_numpy("READY")[0]
+    assert _views(server, "from_files") == [(True, ["READY"])] * CONNECTIONS
+    served = {answering_pid(server.http_url, "from_files", "IN", 0.0) for _ in range(CONNECTIONS)}
+    assert served == pids, "both workers should serve the model loaded from files"
+    assert not _ask(server, "manager", "unload", "from_files").as_numpy("READY")[0]
 
 
 def test_a_failed_load_from_execute_reaches_the_model(server: ServerHandle) -> None:
