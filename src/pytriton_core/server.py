@@ -118,6 +118,7 @@ class ServerRuntime:
             custom_metrics=self.metric_registry,
             services=self.services,
             **({} if statistics is None else {"statistics": statistics}),
+            changes=self._peers,
         )
         shared_memory = SharedMemoryManager(
             allow_client=self.options.memory.allow_client_shm, staging=staging

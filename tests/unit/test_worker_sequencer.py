@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytriton_core.errors import InternalError, InvalidArgumentError
+from pytriton_core.errors import InternalError, InvalidArgumentError, UnavailableError
 from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.workers.board import WorkerBoard
 from pytriton_core.workers.peers import PeerLink
@@ -34,6 +34,8 @@ class _Service:
         self.refuse_regions = False
         self.events: list[str] = []  # each poll and log change applied, in order
         self.poll_gate: asyncio.Event | None = None  # holds poll_repository while unset
+        self.unload_gate: asyncio.Event | None = None  # holds unload_model while unset
+        self.at_unload_gate = False
 
     async def load_model(
         self,
@@ -43,12 +45,17 @@ class _Service:
         *,
         replicate: bool = True,
     ) -> None:
-        raise AssertionError("no model is loaded here")
+        assert not replicate, "the link applies what the parent sends"
+        self.events.append(f"load {name}")
 
     async def unload_model(
         self, name: str, unload_dependents: bool = False, *, replicate: bool = True
     ) -> None:
-        raise AssertionError("no model is unloaded here")
+        assert not replicate, "the link applies what the parent sends"
+        if self.unload_gate is not None:  # as an unload waits for the model's requests
+            self.at_unload_gate = True
+            await self.unload_gate.wait()
+        self.events.append(f"unload {name}")
 
     async def poll_repository(self) -> None:
         if self.poll_gate is not None:
@@ -302,5 +309,39 @@ def test_a_worker_that_does_not_finish_a_poll_in_time_is_killed(tmp_path: Path) 
             polls = services[0].events.count("poll")
             await _until(lambda: services[0].events.count("poll") > polls)  # polls go on
             services[1].poll_gate.set()
+
+    asyncio.run(run())
+
+
+def test_a_change_from_an_execute_of_the_model_an_unload_waits_for_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        async with _workers(tmp_path, 2) as (sequencer, links, services):
+            await _join_all(links, services)
+            for service in services:
+                service.events.clear()  # the settings copied when joining
+            # A client's unload of "m" holds the order: worker 1 waits for m's executions...
+            services[1].unload_gate = asyncio.Event()
+            unload = asyncio.create_task(links[0].unload("m", False))
+            await _until(lambda: services[1].at_unload_gate)
+            # ...one of which asks for a load from its execute (pb_utils.load_model): it
+            # would wait for the unload that waits for it, so it is refused at once.
+            with pytest.raises(UnavailableError) as refused:
+                await asyncio.wait_for(links[1].load("other", None, None, caller="m"), 5)
+            assert "'load' of model 'other' from the execute of 'm' refused" in str(refused.value)
+            assert "the 'unload' of 'm', which waits for the executions of 'm'" in str(
+                refused.value
+            )
+            # Another model's execute and a client wait their turn, and are made after it.
+            other_model = asyncio.create_task(links[1].load("other", None, None, caller="x"))
+            client = asyncio.create_task(links[0].load("third", None, None))
+            await _until(lambda: sequencer.pending() == 3)
+            services[1].unload_gate.set()
+            await asyncio.wait_for(asyncio.gather(unload, other_model, client), 10)
+            for service in services:
+                assert service.events[0] == "unload m"
+                assert sorted(service.events[1:]) == ["load other", "load third"]
+            assert services[0].events == services[1].events  # one order
 
     asyncio.run(run())

@@ -64,12 +64,20 @@ class ServerCalls(Protocol):
 
     def is_model_ready(self, name: str, version: int) -> bool: ...
 
-    def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
-        """Load or reload a model (explicit model control only); blocks until done."""
+    def load_model(
+        self, name: str, config_json: str, files: Mapping[str, bytes], caller: str = ""
+    ) -> None:
+        """Load or reload a model (explicit model control only); blocks until done.
+
+        ``caller``: the model whose ``execute`` asks. Under ``--workers N`` such a change
+        is made on every worker, in the order of changes, before this returns; one asked
+        from ``initialize`` (``""``) is this worker's own, since every worker runs the
+        same ``initialize`` and so asks for it too."""
         ...
 
-    def unload_model(self, name: str, unload_dependents: bool) -> None:
-        """Unload a model (explicit model control only); blocks until done."""
+    def unload_model(self, name: str, unload_dependents: bool, caller: str = "") -> None:
+        """Unload a model (explicit model control only); blocks until done. ``caller``:
+        as for ``load_model``."""
         ...
 
 

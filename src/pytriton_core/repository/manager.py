@@ -49,7 +49,7 @@ from pytriton_core.repository import dependencies
 from pytriton_core.repository.agents import AgentRegistry
 from pytriton_core.repository.checksum_agent import ChecksumAgent
 from pytriton_core.repository.identity import ModelId, resolve, unknown_model
-from pytriton_core.repository.model_calls import InProcessCalls
+from pytriton_core.repository.model_calls import InProcessCalls, ModelChanges
 from pytriton_core.repository.polling import (
     PolledModel,
     PollError,
@@ -104,6 +104,7 @@ class ModelManager:
         custom_metrics: MetricRegistry | None = None,
         services: ServerServices | None = None,
         statistics: StatisticsFactory = default_statistics,
+        changes: ModelChanges | None = None,
     ) -> None:
         self._options = options
         self._services = services
@@ -118,7 +119,8 @@ class ModelManager:
             AgentRegistry(options.repoagent_directory, {"checksum": ChecksumAgent}),
         )
         # What model code (BLS) calls: handed to every backend with the model's location.
-        self._calls = InProcessCalls(self, loop, options)
+        # (``changes``: under --workers N, the other workers, for changes from ``execute``.)
+        self._calls = InProcessCalls(self, loop, options, changes)
         self._starter = VersionStarter(
             options,
             backends,

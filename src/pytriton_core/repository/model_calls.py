@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import InternalError, ServerError, UnavailableError
@@ -19,6 +19,23 @@ from pytriton_core.options import ModelControlMode, ServerOptions
 
 if TYPE_CHECKING:
     from pytriton_core.repository.manager import ModelManager
+
+
+class ModelChanges(Protocol):
+    """``--workers N``: a model load or unload made on every worker in the order of
+    changes (``workers.peers.PeerLink``); ``caller`` names the model whose ``execute``
+    asks."""
+
+    async def load(
+        self,
+        name: str,
+        config: str | None,
+        files: Mapping[str, bytes] | None,
+        caller: str = "",
+    ) -> None: ...
+
+    async def unload(self, name: str, unload_dependents: bool, caller: str = "") -> None: ...
+
 
 _T = TypeVar("_T")
 
@@ -37,11 +54,16 @@ class InProcessCalls:
     """``ServerCalls`` over a repository manager and its event loop."""
 
     def __init__(
-        self, manager: ModelManager, loop: asyncio.AbstractEventLoop, options: ServerOptions
+        self,
+        manager: ModelManager,
+        loop: asyncio.AbstractEventLoop,
+        options: ServerOptions,
+        changes: ModelChanges | None = None,
     ) -> None:
         self._manager = manager
         self._loop = loop
         self._options = options
+        self._changes = changes  # --workers N: the other workers
 
     def model_spec(self, name: str, version: int) -> ModelSpec:
         # Reads of the manager's tables, safe from another thread: a model's version table
@@ -75,13 +97,24 @@ class InProcessCalls:
     def cancel(self, request: InferenceRequest) -> None:
         request.cancel_threadsafe()
 
-    def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
+    def load_model(
+        self, name: str, config_json: str, files: Mapping[str, bytes], caller: str = ""
+    ) -> None:
         self._require_explicit_mode()
-        self._run(self._manager.load(name, config_json or None, files or None))
+        if caller and self._changes is not None:
+            # From ``execute``: this worker's event loop sends it to the parent and, when
+            # the parent sends it back, applies it there as every worker does; this
+            # instance thread only waits, and no change needs it to apply.
+            self._run(self._changes.load(name, config_json or None, files or None, caller))
+        else:
+            self._run(self._manager.load(name, config_json or None, files or None))
 
-    def unload_model(self, name: str, unload_dependents: bool) -> None:
+    def unload_model(self, name: str, unload_dependents: bool, caller: str = "") -> None:
         self._require_explicit_mode()
-        self._run(self._manager.unload(name, unload_dependents))
+        if caller and self._changes is not None:
+            self._run(self._changes.unload(name, unload_dependents, caller))
+        else:
+            self._run(self._manager.unload(name, unload_dependents))
 
     def _require_explicit_mode(self) -> None:
         if self._options.model_control_mode is not ModelControlMode.EXPLICIT:

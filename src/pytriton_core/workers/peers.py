@@ -8,6 +8,11 @@ worker's answer; the sender answers its client with its own. So two changes of t
 thing through two workers land in the same order everywhere, and no worker waits for
 another while the other waits for it.
 
+A model's ``pb_utils.load_model`` / ``unload_model`` from its ``execute`` is sent to the
+parent like a client's change, with the asking model's name (``"caller"``, beside the
+message), and applied as the parent sends it back, on this worker's event loop (the
+asking instance thread only waits).
+
 Each worker listens on a Unix socket in the board's private folder (0700, made by the
 parent), for what the parent sends. One JSON object a line, each way: ``{"op": "load",
 "name", "config", "files": {name: base64}, "stamp"}``, ``{"op": "unload", "name",
@@ -146,11 +151,18 @@ class PeerLink:
 
     # ------------------------------------------------------------ changes
 
-    async def load(self, name: str, config: str | None, files: Mapping[str, bytes] | None) -> None:
-        await self.change(load_message(name, config, files))
+    async def load(
+        self,
+        name: str,
+        config: str | None,
+        files: Mapping[str, bytes] | None,
+        caller: str = "",
+    ) -> None:
+        """``caller``: the model whose ``execute`` asks (BLS), "" for a client's load."""
+        await self.change(load_message(name, config, files), caller)
 
-    async def unload(self, name: str, unload_dependents: bool) -> None:
-        await self.change(unload_message(name, unload_dependents))
+    async def unload(self, name: str, unload_dependents: bool, caller: str = "") -> None:
+        await self.change(unload_message(name, unload_dependents), caller)
 
     async def call(self, method: str, args: Sequence[Any]) -> Any:
         """A setter of the service, on every worker in the parent's order; returns this
@@ -159,11 +171,18 @@ class PeerLink:
             {"op": "call", "method": method, "args": [_encode(a) for a in args]}
         )
 
-    async def change(self, message: dict[str, Any]) -> Any:
+    async def change(self, message: dict[str, Any], caller: str = "") -> Any:
         """``message`` applied by every joined worker; this worker's own failure is raised
-        as it was raised, the others' as one error naming them."""
-        reply = await self._ask_parent({"op": "change", "from": self._index, "message": message})
+        as it was raised, the others' as one error naming them. ``caller``: the model
+        whose ``execute`` asks, which the parent refuses when the change holding the order
+        waits for that model's executions (see ``sequencer.py``)."""
+        request = {"op": "change", "from": self._index, "message": message}
+        if caller:
+            request["caller"] = caller
+        reply = await self._ask_parent(request)
         if not reply.get("ok"):
+            if "code" in reply:  # the parent's refusal, as it said it
+                raise error_of(reply)
             raise InternalError(f"the workers' parent refused the change: {reply.get('error')}")
         answers: dict[str, dict[str, Any]] = reply["answers"]
         own = answers.pop(str(self._index), None)

@@ -14,6 +14,12 @@ change (with its files, so that a ``file:`` override is loaded again as it was) 
 CUDA shared-memory registrations (with their IPC handles, which no status shows), waits
 for the joiner's ``{"op": "joined"}``, and adds it to the workers that get every change.
 
+A change that a Python model asks for from its ``execute`` (``pb_utils.load_model`` /
+``unload_model``) names that model (``"caller"``): its execution waits in its worker for
+the answer, so the change is refused at once while the order is held by a load or unload
+of that model (which waits for the model's executions to end), and once it has waited
+``change_timeout_s`` for the order, rather than wait on what waits for it.
+
 Each connection runs on a thread of its own with blocking sockets: the parent has no event
 loop, and a change may wait minutes for a model to load.
 
@@ -42,10 +48,11 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.workers.board import WorkerBoard
 from pytriton_core.workers.peers import error_answer, parent_socket_path, socket_path
 
@@ -81,7 +88,9 @@ class Sequencer:
         self._alive = alive
         self._kill = kill
         self._change_timeout_s = change_timeout_s
-        self._order = threading.Lock()  # held for one change, or one join, at a time
+        # The order of changes: held by one change, or one join, at a time (``_holding``).
+        self._turn = threading.Condition()
+        self._holder: dict[str, Any] | None = None
         self._members_lock = threading.Lock()
         self._members: dict[int, int] = {}  # joined worker index -> its pid
         self._loads: dict[str, dict[str, Any]] = {}  # model name -> its last load message
@@ -163,7 +172,7 @@ class Sequencer:
                 with self._members_lock:
                     self._pending += 1
                 try:
-                    answer = self.change(request["message"])
+                    answer = self.change(request["message"], str(request.get("caller", "")))
                     hung.extend((int(i), int(pid)) for i, pid in answer.pop("hung", []))
                 finally:
                     with self._members_lock:
@@ -172,6 +181,9 @@ class Sequencer:
                 answer = {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
         except OSError:
             raise
+        except ServerError as exc:  # refused (see ``_holding``): the asking model gets it
+            log.warning("%s", exc.message)
+            answer = error_answer(exc)
         except Exception as exc:  # answered: the worker reports it to its client
             log.exception("a change failed in the workers' parent")
             answer = error_answer(exc)
@@ -206,11 +218,39 @@ class Sequencer:
 
     # ------------------------------------------------------------ changes
 
-    def change(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Apply ``message`` on every joined worker, after every change before it. The
-        answer's ``hung`` lists (index, pid) of the workers that did not answer in time:
-        they have left, and are to be killed."""
-        with self._order:
+    @contextlib.contextmanager
+    def _holding(self, holder: dict[str, Any], caller: str = "") -> Iterator[None]:
+        """Hold the order of changes for ``holder`` (a change, or a join), once no other
+        change holds it.
+
+        A change that a model asks for from its ``execute`` (``caller``: that model) keeps
+        that execution waiting in its worker, so it must not wait on a change that waits
+        for it: it is refused at once while the holder is a load or unload of that very
+        model (which lets the model's executions end first, this one included), and once
+        it has waited ``change_timeout_s`` for the order (a wait through other models'
+        calls that is not seen here). Either way the model gets an error, not a hang."""
+        deadline = time.monotonic() + self._change_timeout_s
+        with self._turn:
+            while self._holder is not None:
+                if caller:
+                    _refuse_nested(holder, caller, self._holder, deadline - time.monotonic())
+                    self._turn.wait(max(0.0, deadline - time.monotonic()))
+                else:
+                    self._turn.wait()
+            self._holder = holder
+        try:
+            yield
+        finally:
+            with self._turn:
+                self._holder = None
+                self._turn.notify_all()
+
+    def change(self, message: dict[str, Any], caller: str = "") -> dict[str, Any]:
+        """Apply ``message`` on every joined worker, after every change before it
+        (``caller``: the model whose ``execute`` asks, see ``_holding``). The answer's
+        ``hung`` lists (index, pid) of the workers that did not answer in time: they have
+        left, and are to be killed."""
+        with self._holding(message, caller):
             self._changes += 1
             message = {**message, "stamp": self._changes}
             hung: list[tuple[int, int]] = []
@@ -311,7 +351,7 @@ class Sequencer:
         hung: list[tuple[int, int]],
     ) -> None:
         index, pid = int(request["index"]), int(request["pid"])
-        with self._order:
+        with self._holding({"op": "join", "index": index}):
             if self._poll_interval_s is not None:
                 # The joiner loaded from the folders as they are now: the members poll
                 # first, so that they serve the same.
@@ -347,6 +387,25 @@ class Sequencer:
             with self._members_lock:
                 self._members[index] = pid
             _write(stream, {"ok": True})
+
+
+def _refuse_nested(
+    change: dict[str, Any], caller: str, holder: dict[str, Any], left_s: float
+) -> None:
+    """Raise why ``change``, asked by model ``caller``'s ``execute``, cannot wait for
+    ``holder`` any longer (see ``Sequencer._holding``); ``left_s``: of its wait."""
+    what = f"'{change.get('op')}' of model '{change.get('name')}' from the execute of '{caller}'"
+    held = f"'{holder.get('op')}'" + (f" of '{holder['name']}'" if "name" in holder else "")
+    if holder.get("op") in ("load", "unload") and holder.get("name") == caller:
+        raise UnavailableError(
+            f"{what} refused: the workers are making the {held}, which waits for the "
+            f"executions of '{caller}' to end, this one included"
+        )
+    if left_s <= 0:
+        raise UnavailableError(
+            f"{what} refused: the order of changes stayed held (now by the {held}) for the "
+            "whole --worker-change-timeout-secs"
+        )
 
 
 def _write(stream: Any, message: dict[str, Any]) -> None:

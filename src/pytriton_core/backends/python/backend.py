@@ -293,7 +293,8 @@ class PythonInstance(BackendInstance):
         # Entered around every call into the model; one per instance (one worker thread).
         self._running = _running_model(location)
         try:
-            with self._scope("initialize"):
+            initializing = None if self._bridge is None else self._bridge.initializing()
+            with self._scope("initialize", initializing):
                 self._python_model = model._module.TritonPythonModel()
                 initialize = getattr(self._python_model, "initialize", None)
                 if initialize is not None:

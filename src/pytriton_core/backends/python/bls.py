@@ -21,6 +21,7 @@ in runtime/model.py): the Python backend keeps such a model in its instance's th
 from __future__ import annotations
 
 import asyncio
+import copy
 import queue
 import threading
 from collections import Counter
@@ -195,6 +196,8 @@ class BlsBridge:
         self._holds_instance = holds_instance
         self._on_call = on_call
         self._on_loop = on_loop
+        # Model changes from ``initialize`` are this process's own (see ``initializing``).
+        self._initializing = False
 
     def background(self) -> BlsBridge:
         """The bridge for work that does not keep the instance busy."""
@@ -207,6 +210,14 @@ class BlsBridge:
         return BlsBridge(
             self._calls, self._waits, self._caller, self._staging, True, self._on_call, True
         )
+
+    def initializing(self) -> BlsBridge:
+        """The bridge for ``initialize``: a model it loads or unloads is loaded or
+        unloaded by this worker alone, since under ``--workers N`` every worker runs the
+        same ``initialize`` (from ``execute``, the change is made on every worker)."""
+        bridge = copy.copy(self)
+        bridge._initializing = True
+        return bridge
 
     def _calling(self) -> None:
         if self._on_call is not None:
@@ -271,11 +282,15 @@ class BlsBridge:
 
     def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
         self._calling()
-        self._calls.load_model(name, config, files)
+        self._calls.load_model(name, config, files, self._changer())
 
     def unload_model(self, name: str, unload_dependents: bool) -> None:
         self._calling()
-        self._calls.unload_model(name, unload_dependents)
+        self._calls.unload_model(name, unload_dependents, self._changer())
+
+    def _changer(self) -> str:
+        """``ServerCalls``' ``caller`` of a model change: "" from ``initialize``."""
+        return "" if self._initializing else self._caller.model[0]
 
     def is_model_ready(self, name: str, version: int) -> bool:
         self._calling()

@@ -86,11 +86,13 @@ class WorkerCalls(ServerCalls):
     def is_model_ready(self, name: str, version: int) -> bool:
         return bool(self._rpc("is_model_ready", name, version))
 
-    def load_model(self, name: str, config_json: str, files: Mapping[str, bytes]) -> None:
-        self._rpc("load_model", name, config_json, dict(files))
+    def load_model(
+        self, name: str, config_json: str, files: Mapping[str, bytes], caller: str = ""
+    ) -> None:
+        self._rpc("load_model", name, config_json, dict(files), caller)
 
-    def unload_model(self, name: str, unload_dependents: bool) -> None:
-        self._rpc("unload_model", name, unload_dependents)
+    def unload_model(self, name: str, unload_dependents: bool, caller: str = "") -> None:
+        self._rpc("unload_model", name, unload_dependents, caller)
 
     def execute_direct(self, request: InferenceRequest) -> bool:
         """Never here: the called model runs in the server's process, which schedules the
