@@ -69,12 +69,6 @@ def refusals(options: ServerOptions) -> list[str]:
     if options.workers <= 1:
         return []
     found = []
-    if options.metrics.summary_latencies and options.allow_metrics:
-        # A summary's quantiles are over each worker's recent window: they do not add up.
-        found.append(
-            "--metrics-config summary_latencies=true: quantiles of several workers' windows "
-            "cannot be summed; use the histograms (histogram_latencies=true)"
-        )
     for name, port in (("--http-port", options.http_port), ("--grpc-port", options.grpc_port)):
         if port == 0:
             found.append(f"{name}=0: the workers need one known port to share")

@@ -13,6 +13,7 @@ import pytest
 from pytriton_core.backends.settings import backend_config_notes
 from pytriton_core.cli import build_parser, main, options_from_args
 from pytriton_core.cli_server_flags import NOTED_FLAGS, startup_notes
+from pytriton_core.cli_workers import refusals
 
 # tritonserver 2.51's --help, and the flags 2.73 adds (its command_line_parser.cc). The
 # flags owned by another part of the work (--http-restricted-api, --grpc-restricted-protocol)
@@ -164,17 +165,18 @@ def test_backend_config_keys_that_nothing_reads_are_said_at_startup() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("flags", "named"),
-    [
-        (["--metrics-config", "summary_latencies=true"], "summary_latencies"),
-        (["--http-port=0"], "--http-port=0"),
-    ],
-)
+@pytest.mark.parametrize(("flags", "named"), [(["--http-port=0"], "--http-port=0")])
 def test_workers_refuse_what_they_cannot_share(flags: list[str], named: str) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--workers=2", *flags])
     assert "--workers 2" in str(exit_info.value) and named in str(exit_info.value)
+
+
+def test_workers_share_the_latency_summaries() -> None:
+    options = options_from_args(
+        build_parser().parse_args(["--workers=2", "--metrics-config=summary_latencies=true"])
+    )
+    assert refusals(options) == []
 
 
 def test_workers_count() -> None:

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pytriton_core.options import (
     DEFAULT_DURATION_BUCKETS_US,
@@ -144,17 +145,46 @@ class ResponseDurations:
         (self.success if kind is ResponseKind.SUCCESS else self.fail).add(total)
 
 
-class SlidingSummary:
+# A summary's window, as prometheus-cpp's summaries age theirs out: the last 60 s, at most
+# this many observations (the newest).
+SUMMARY_MAX_AGE_NS = 60_000_000_000
+SUMMARY_CAPACITY = 8192
+
+
+class Summary(Protocol):
     """A Prometheus summary: cumulative count and sum, quantiles over a recent window.
 
-    The window holds the observations of the last ``max_age_s`` seconds, at most
-    ``capacity`` of them (the newest), as prometheus-cpp's summaries age theirs out after
-    60 s; quantiles are exact over that window (nearest rank).
+    ``SlidingSummary`` in one process; with ``--workers N`` a worker's summaries are rings
+    the other workers read too (``workers/summary_board.py``).
     """
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def sum(self) -> float: ...
+
+    def observe(self, value: float, now_ns: int) -> None: ...
+
+    def quantiles(self, qs: Sequence[float], now_ns: int) -> list[float]:
+        """The value at each quantile of the window; NaN for an empty window."""
+        ...
+
+
+def nearest_ranks(count: int, qs: Sequence[float]) -> list[int]:
+    """Where each quantile ``qs`` is among ``count`` sorted values (not none), by nearest
+    rank."""
+    return [min(count - 1, max(0, math.ceil(q * count) - 1)) for q in qs]
+
+
+class SlidingSummary:
+    """A ``Summary`` in one process; quantiles are exact over the window (nearest rank)."""
 
     __slots__ = ("_capacity", "_max_age_ns", "_window", "count", "sum")
 
-    def __init__(self, max_age_s: float = 60.0, capacity: int = 8192) -> None:
+    def __init__(
+        self, max_age_s: float = SUMMARY_MAX_AGE_NS / 1e9, capacity: int = SUMMARY_CAPACITY
+    ) -> None:
         self.count = 0
         self.sum = 0.0
         self._max_age_ns = int(max_age_s * 1e9)
@@ -167,15 +197,13 @@ class SlidingSummary:
         self._window.append((now_ns, value))
 
     def quantiles(self, qs: Sequence[float], now_ns: int) -> list[float]:
-        """The value at each quantile of the window; NaN for an empty window."""
         cutoff = now_ns - self._max_age_ns
         while self._window and self._window[0][0] < cutoff:
             self._window.popleft()
         values = sorted(value for _, value in self._window)
         if not values:
             return [math.nan] * len(qs)
-        last = len(values) - 1
-        return [values[min(last, max(0, math.ceil(q * len(values)) - 1))] for q in qs]
+        return [values[i] for i in nearest_ranks(len(values), qs)]
 
 
 class Histogram:
@@ -206,11 +234,11 @@ class Histogram:
 class LatencySummaries:
     """The per-request latency summaries behind ``summary_latencies`` (µs observations)."""
 
-    request: SlidingSummary = field(default_factory=SlidingSummary)
-    queue: SlidingSummary = field(default_factory=SlidingSummary)
-    compute_input: SlidingSummary = field(default_factory=SlidingSummary)
-    compute_infer: SlidingSummary = field(default_factory=SlidingSummary)
-    compute_output: SlidingSummary = field(default_factory=SlidingSummary)
+    request: Summary = field(default_factory=SlidingSummary)
+    queue: Summary = field(default_factory=SlidingSummary)
+    compute_input: Summary = field(default_factory=SlidingSummary)
+    compute_infer: Summary = field(default_factory=SlidingSummary)
+    compute_output: Summary = field(default_factory=SlidingSummary)
 
 
 @dataclass(slots=True)

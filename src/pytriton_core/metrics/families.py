@@ -24,7 +24,7 @@ from pytriton_core.inference.statistics import (
     Histogram,
     LatencyHistograms,
     LatencySummaries,
-    SlidingSummary,
+    Summary,
 )
 from pytriton_core.runtime.model import Model
 
@@ -137,7 +137,7 @@ def _failures(model: Model, context: ReadContext) -> Iterable[Sample]:
 
 
 def summary_samples(
-    summary: SlidingSummary | None, quantiles: Sequence[float], now_ns: int
+    summary: Summary | None, quantiles: Sequence[float], now_ns: int
 ) -> Iterable[Sample]:
     if summary is None:
         return ()
@@ -167,7 +167,7 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def _summary(pick: Callable[[LatencySummaries], SlidingSummary]) -> ModelReader:
+def _summary(pick: Callable[[LatencySummaries], Summary]) -> ModelReader:
     def read(model: Model, context: ReadContext) -> Iterable[Sample]:
         summaries = model.stats.snapshot().summaries
         if summaries is None:

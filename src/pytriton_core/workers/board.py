@@ -196,11 +196,11 @@ class WorkerSlot:
 
     def claim_entry(
         self, name: str, version: int, stamp: int, inherit: bool
-    ) -> tuple[int, EntryCounters]:
-        """The entry for a model version this worker loads, and the counters it starts
-        from: with ``inherit``, those of a predecessor in this slot for the same load
-        (a worker that died and was started again keeps counting where it stopped);
-        otherwise zeros."""
+    ) -> tuple[int, EntryCounters, bool]:
+        """The entry for a model version this worker loads, the counters it starts from,
+        and whether they are inherited: with ``inherit``, those of a predecessor in this
+        slot for the same load (a worker that died and was started again keeps counting
+        where it stopped); otherwise zeros."""
         encoded = name.encode()
         if len(encoded) > NAME_BYTES:
             raise ValueError(f"model name longer than {NAME_BYTES} bytes: '{name}'")
@@ -208,7 +208,7 @@ class WorkerSlot:
             if inherit:
                 found = self._find(name, version, stamp)
                 if found is not None:
-                    return found
+                    return (*found, True)
             state, pid, count = self._header()[1:]
             index = next((i for i in range(count) if not self._entry_in_use(i)), count)
             if index >= ENTRY_CAPACITY:
@@ -219,7 +219,7 @@ class WorkerSlot:
             _ENTRY_HEAD.pack_into(self._view, base, sequence + 2, encoded, version, 1, stamp)
             if index == count:
                 self._write_header(state, pid, count + 1)
-            return index, EntryCounters((0,) * SCALARS, ())
+            return index, EntryCounters((0,) * SCALARS, ()), False
 
     def release_entry(self, index: int) -> None:
         """A model version this worker unloaded: its entry is free for another."""
@@ -264,11 +264,10 @@ class WorkerSlot:
         if position >= _COUNT.unpack_from(self._view, at)[0]:
             _COUNT.pack_into(self._view, at, position + 1)
 
-    def find(self, name: str, version: int, stamp: int) -> EntryCounters | None:
-        """This worker's counters for load ``stamp`` of ``name`` ``version``; None when it
-        has none."""
-        found = self._find(name, version, stamp)
-        return None if found is None else found[1]
+    def find(self, name: str, version: int, stamp: int) -> tuple[int, EntryCounters] | None:
+        """This worker's entry (its index, its counters) for load ``stamp`` of ``name``
+        ``version``; None when it has none."""
+        return self._find(name, version, stamp)
 
     def _find(self, name: str, version: int, stamp: int) -> tuple[int, EntryCounters] | None:
         encoded = name.encode().ljust(NAME_BYTES, b"\0")

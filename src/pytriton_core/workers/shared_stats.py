@@ -6,6 +6,10 @@ the instances update); each ``record_*`` then copies the scalars (and the execut
 size's entry) into the slot, which costs a ``struct.pack_into`` per executed batch and per
 completed request. ``snapshot()`` is what the statistics extension and the Prometheus
 page read: this worker's counters plus every other live worker's from the board.
+
+The latency summaries (``summary_latencies``) do not fit the board: their windows live in
+the summaries file beside it (``summary_board.py``), one block per board entry, and a
+snapshot's summaries rank every worker's windows together.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pytriton_core.inference.statistics import (
     FailureReason,
     Histogram,
     LatencyHistograms,
+    LatencySummaries,
     ModelStatistics,
     ResponseDurations,
     ResponseKind,
@@ -37,6 +42,13 @@ from pytriton_core.workers.board import (
     HistogramCounts,
     WorkerBoard,
     WorkerState,
+)
+from pytriton_core.workers.summary_board import (
+    FAMILY_NAMES,
+    SUMMARIES_FILE,
+    SummaryBoard,
+    WorkersSummary,
+    summary_tag,
 )
 
 log = logging.getLogger(__name__)
@@ -81,6 +93,10 @@ class SharedStatistics(ModelStatistics):
     batch_positions: dict[int, int] = field(default_factory=dict)
     response_positions: dict[int, int] = field(default_factory=dict)
     overflow: set[str] = field(default_factory=set)  # what did not fit those tables
+    # With summary_latencies: the file of every worker's summary windows (``summaries``
+    # are then this worker's rings in it), and what this version's blocks there are named.
+    summary_board: SummaryBoard | None = None
+    summary_tag: tuple[bytes, int, int] = (b"", 0, 0)
 
     def scalars(self) -> tuple[int, ...]:
         values = list(_duration_values(self, _DURATIONS))
@@ -191,15 +207,32 @@ class SharedStatistics(ModelStatistics):
             return self
         key = (self.model_name, self.model_version, self.load_stamp)
         peers = [
-            counters
+            (index, *found)
             for index, slot in enumerate(self.board.slots())
             if index != self.worker  # a dead worker's completed requests still count
-            for counters in (slot.find(*key),)
-            if counters is not None
+            for found in (slot.find(*key),)
+            if found is not None
         ]
         if not peers:
             return self
-        return _summed(self, peers)
+        total = _summed(self, [counters for _, _, counters in peers])
+        if self.summary_board is not None and self.summaries is not None:
+            total.summaries = self._summed_summaries([(w, e) for w, e, _ in peers])
+        return total
+
+    def _summed_summaries(self, peers: Sequence[tuple[int, int]]) -> LatencySummaries:
+        """The summaries over every worker: this worker's rings with the peers' (by worker
+        and board entry) whose block is of this load; a peer's block read at a scrape."""
+        assert self.summary_board is not None and self.summaries is not None
+        blocks = [self.summary_board.block(worker, entry) for worker, entry in peers]
+        rings = [block.rings() for block in blocks if block.tag() == self.summary_tag]
+        own = self.summaries
+        return LatencySummaries(
+            *(
+                WorkersSummary(getattr(own, name), [peer[i] for peer in rings])
+                for i, name in enumerate(FAMILY_NAMES)
+            )
+        )
 
 
 _LAST_INFERENCE = 2 * len(_DURATIONS) + 2  # the scalar that is a time, not a count
@@ -335,6 +368,7 @@ class SharedStatisticsFactory:
     def __init__(self, board: WorkerBoard, worker: int) -> None:
         self._board = board
         self._worker = worker
+        self._summary_board: SummaryBoard | None = None  # mapped at the first summaries
         self._claimed: set[tuple[str, int, int]] = set()
         self.stamp = 0
         self.stamps: dict[str, int] = {}
@@ -352,7 +386,8 @@ class SharedStatisticsFactory:
         stamp = self.stamps.get(name.rpartition("::")[2], self.stamp)
         slot = self._board.slot(self._worker)
         claim = (key, version, stamp)
-        entry, counters = slot.claim_entry(key, version, stamp, inherit=claim not in self._claimed)
+        inherit = claim not in self._claimed
+        entry, counters, inherited = slot.claim_entry(key, version, stamp, inherit=inherit)
         self._claimed.add(claim)
         stats.entry = entry
         stats.board, stats.worker = self._board, self._worker
@@ -368,7 +403,23 @@ class SharedStatisticsFactory:
                     HISTOGRAM_BUCKETS,
                 )
         _seed(stats, counters)
+        if stats.summaries is not None:
+            try:
+                self._share_summaries(stats, entry, inherited)
+            except Exception:
+                stats.release()  # the load fails: its board entry is not left claimed
+                raise
         return stats
+
+    def _share_summaries(self, stats: SharedStatistics, entry: int, inherited: bool) -> None:
+        """Make ``stats``'s summaries its rings in the summaries file: a predecessor's
+        windows where its counters were inherited, empty ones otherwise."""
+        if self._summary_board is None:
+            self._summary_board = SummaryBoard.open(self._board.path.with_name(SUMMARIES_FILE))
+        tag = summary_tag(stats.model_name, stats.model_version, stats.load_stamp)
+        block = self._summary_board.claim(self._worker, entry, tag, inherit=inherited)
+        stats.summaries = block.summaries()
+        stats.summary_board, stats.summary_tag = self._summary_board, tag
 
 
 def board_key(identifier: str) -> str:

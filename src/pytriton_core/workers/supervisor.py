@@ -3,7 +3,8 @@ listen on the same ports (SO_REUSEPORT), restarts one that dies, and drains them
 SIGINT/SIGTERM.
 
 The parent serves nothing itself and never starts an event loop, gRPC or a model: it
-holds the board (``board.py``) that the workers share, orders the changes every worker
+holds the board (``board.py``) and the summaries file (``summary_board.py``) that the
+workers share, orders the changes every worker
 applies (``sequencer.py``), and watches them.
 """
 
@@ -23,6 +24,7 @@ from types import FrameType
 
 from pytriton_core.workers.board import WorkerBoard, WorkerState
 from pytriton_core.workers.sequencer import DEFAULT_CHANGE_TIMEOUT_S, Sequencer
+from pytriton_core.workers.summary_board import SummaryBoard
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,9 @@ class Supervisor:
         cannot start (1)."""
         folder = board_folder()
         board = WorkerBoard.create(folder, self._count)
+        # Beside it, the latency summaries' windows (sparse: nothing until a worker with
+        # summary_latencies claims a block).
+        summaries = SummaryBoard.create(folder, self._count)
         sequencer = Sequencer(
             board, self._alive, self._kill_hung, self._change_timeout_s, self._poll_interval_s
         )
@@ -93,6 +98,7 @@ class Supervisor:
                 signal.signal(sig, handler)
             sequencer.close()
             board.close()
+            summaries.close()
             shutil.rmtree(folder, ignore_errors=True)
 
     def _alive(self, index: int, pid: int) -> bool:
