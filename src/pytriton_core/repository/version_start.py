@@ -95,7 +95,11 @@ class VersionStarter:
         spec = ModelSpec.from_config(config, version)
         backend_model = backend.load_model(spec, location, config)
         metrics = self.options.metrics if self.options.allow_metrics else None
-        stats = self.statistics(str(polled.model_id), version, metrics, spec.histogram_buckets)
+        try:  # the board may be full (--workers N): the loaded backend model is let go
+            stats = self.statistics(str(polled.model_id), version, metrics, spec.histogram_buckets)
+        except BaseException:
+            backend_model.finalize()
+            raise
         model = Model(
             spec, config, polled.model_dir, backend_model, self.loop, stats, services=self.services
         )
