@@ -1,7 +1,6 @@
 """Build: Cython extensions from csrc/ and Python modules generated from the .proto files.
 
-Every ``csrc/<concern>/<name>.pyx`` becomes the extension ``pytriton_core._native.<name>``, and
-every module named in ``csrc/compiled_modules.txt`` is compiled from its ``.py`` source.
+Every ``csrc/<concern>/<name>.pyx`` becomes the extension ``pytriton_core._native.<name>``.
 ``PYTRITON_DEBUG_BUILD=1`` builds without optimisation and with Cython's annotate HTML.
 """
 
@@ -81,7 +80,7 @@ def extensions() -> list[Extension]:
                 language="c++" if (pyx.parent / "cpp").exists() else "c",
             )
         )
-    native = cythonize(
+    return cythonize(
         exts,
         language_level=3,
         annotate=DEBUG,
@@ -89,42 +88,6 @@ def extensions() -> list[Extension]:
             "boundscheck": DEBUG,
             "wraparound": False,
             "cdivision": True,
-            "embedsignature": True,
-        },
-    )
-    # -g0: without debug information they take 5 MB installed instead of 26 MB.
-    return native + compiled_modules(compile_args if DEBUG else [*compile_args, "-g0"])
-
-
-def compiled_modules(compile_args: list[str]) -> list[Extension]:
-    """The package's request-path modules (``csrc/compiled_modules.txt``), compiled from their
-    own ``.py`` source: an extension module is imported before the ``.py`` beside it.
-
-    The directives keep Python's semantics: annotations are not C types (a wrong type is not
-    refused where Python would accept it), integers do not wrap, indexing wraps around. The
-    generated C goes to ``build/``, not beside the sources.
-    """
-    names = [
-        line.strip()
-        for line in (ROOT / "csrc" / "compiled_modules.txt").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-    exts = [
-        Extension(
-            name,
-            [str(Path("src", *name.split(".")).with_suffix(".py"))],
-            extra_compile_args=compile_args,
-        )
-        for name in names
-    ]
-    return cythonize(
-        exts,
-        language_level=3,
-        annotate=DEBUG,
-        build_dir="build/cython",
-        compiler_directives={
-            "annotation_typing": False,
-            "binding": True,
             "embedsignature": True,
         },
     )

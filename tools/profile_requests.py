@@ -181,12 +181,11 @@ def main() -> None:
                     start = os.times()
                     load.run(args.requests)
                     end = os.times()
-                    rate = args.requests / (end.elapsed - start.elapsed)
                     cpu = (end.user - start.user) + (end.system - start.system)
                     print(
                         f"{args.path}: server CPU {cpu / args.requests * 1e6:.1f} µs/request "
                         f"(user {(end.user - start.user) / args.requests * 1e6:.1f}, "
-                        f"{args.requests} requests, c{args.concurrency}, {rate:.0f}/s)"
+                        f"{args.requests} requests, c{args.concurrency})"
                     )
                 if args.cprofile:
                     profiler = cProfile.Profile()

@@ -33,7 +33,6 @@ from pytriton_core.metrics.exposition import format_value, write_family
 from pytriton_core.metrics.families import Sample
 from pytriton_core.metrics.system import CpuCollector, GpuCollector
 from pytriton_core.options import LogFormat, LogOptions, MetricsOptions, TraceMode, TraceOptions
-from pytriton_core.runtime import model as runtime_model
 from pytriton_core.tracing import TraceManager
 
 # --------------------------------------------------------------------------- exposition
@@ -324,28 +323,6 @@ def test_log_formats() -> None:
     assert len(default.split()[1]) == len("08:52:31.777173")
     iso = TritonFormatter(LogFormat.ISO8601).format(_record(logging.INFO))
     assert iso[:4].isdigit() and iso[10] == "T" and iso[19:23] == "Z I "
-
-
-def test_a_compiled_module_is_named_as_the_location_of_its_records() -> None:
-    # A compiled module makes no Python frame: logging names its nearest Python caller
-    # (here this test), which the line must not claim as the code that logged.
-    assert not (runtime_model.__file__ or "").endswith(".py")  # csrc/compiled_modules.txt
-    logging.getLogger(runtime_model.__name__).addHandler(handler := _Keep())
-    try:
-        runtime_model.log.warning("from the compiled module")
-    finally:
-        logging.getLogger(runtime_model.__name__).removeHandler(handler)
-    line = TritonFormatter(LogFormat.DEFAULT).format(handler.records[0])
-    assert line.endswith(" model.py:0] from the compiled module"), line
-
-
-class _Keep(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 # --------------------------------------------------------------------------- flags

@@ -557,8 +557,6 @@ def _model_frames(exc: BaseException) -> str:
 
 _NOT_MODEL_CODE = (
     str(Path(__file__).parent) + "/",
-    # A compiled module's frames name its source relative to the package's parent.
-    "pytriton_core/",
     sysconfig.get_paths()["stdlib"] + "/",
     "<frozen ",  # importlib's bootstrap, around a model file's import
 )

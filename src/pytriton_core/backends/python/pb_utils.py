@@ -6,8 +6,7 @@ are numpy arrays shared with the server, never copied on the way in or out. The 
 in sibling modules and are re-exported here: ``pb_utils_tensor`` (Tensor, DLPack, BYTES
 helpers), ``pb_utils_config`` (ModelConfig, dict and numpy-type helpers),
 ``pb_utils_errors`` (TritonError, TritonModelException), ``pb_utils_metrics``
-(MetricFamily), ``pb_utils_logging`` (Logger); this module holds requests, responses, the
-sender and BLS.
+(MetricFamily); this module holds requests, responses, the sender, BLS and logging.
 
 Server-facing hooks (private names; the backend and the server drive these, models don't):
 
@@ -59,6 +58,7 @@ import contextlib
 import contextvars
 import enum
 import json
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -74,7 +74,6 @@ from pytriton_core.backends.python.pb_utils_config import (
     using_decoupled_model_transaction_policy,
 )
 from pytriton_core.backends.python.pb_utils_errors import TritonError, TritonModelException
-from pytriton_core.backends.python.pb_utils_logging import Logger
 from pytriton_core.backends.python.pb_utils_metrics import (
     Metric,
     MetricFamily,
@@ -141,6 +140,8 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+_log = logging.getLogger("pytriton_core.model")
 
 
 # --------------------------------------------------------------------------- request parts
@@ -768,6 +769,59 @@ def get_model_dir() -> str:
             "initialize, execute or finalize"
         )
     return path
+
+
+# --------------------------------------------------------------------------- logging
+
+
+class _LogLevel(enum.IntEnum):
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+_STDLIB_LEVEL = {
+    _LogLevel.INFO: logging.INFO,
+    _LogLevel.WARNING: logging.WARNING,
+    _LogLevel.ERROR: logging.ERROR,
+    _LogLevel.VERBOSE: logging.DEBUG,
+}
+
+
+class Logger:
+    """Model logging, through the stdlib logger ``pytriton_core.model`` (VERBOSE = DEBUG)."""
+
+    LogLevel = _LogLevel
+    INFO = _LogLevel.INFO
+    WARNING = _LogLevel.WARNING
+    ERROR = _LogLevel.ERROR
+    VERBOSE = _LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message: str, level: int = _LogLevel.INFO) -> None:
+        _emit(message, _LogLevel(level))
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        _emit(message, _LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        _emit(message, _LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        _emit(message, _LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        _emit(message, _LogLevel.VERBOSE)
+
+
+def _emit(message: str, level: _LogLevel) -> None:
+    # stacklevel 3: the record names the model's line, not Logger's or this function's.
+    _log.log(_STDLIB_LEVEL[level], "%s", message, stacklevel=3)
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
