@@ -10,6 +10,8 @@ bench's ``[1, 16]`` FP32 request), so the figures are the server's alone:
 
 - CPU µs per request: this process's CPU time (every thread: the loop, grpc's poller) over a
   window of ``--requests`` requests after ``--warmup`` ones, divided by the requests;
+- with ``--callgrind`` (run under ``valgrind --tool=callgrind --instr-atstart=no``), one
+  more window counted by callgrind, every thread of the server: instructions per request;
 - with ``--cprofile``, a second window profiled on the loop's thread (where the front ends,
   the scheduler and an inline ``execute`` run): Python-level calls per request, and the
   functions with the most calls (``--top``).
@@ -149,6 +151,22 @@ def _on_loop(server: Server, function: object) -> None:
     done.wait()
 
 
+def _callgrind_window(load: _Load, requests: int) -> None:
+    """Switch callgrind's counting on around one window (this process runs under
+    ``valgrind --tool=callgrind --instr-atstart=no``), then dump and read its totals."""
+    pid = str(os.getpid())
+    subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+    load.run(requests)
+    subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-d", "window", pid], check=True, capture_output=True)
+    outputs = sorted(Path.cwd().glob(f"callgrind.out.{pid}*"), key=lambda p: p.stat().st_mtime)
+    total = 0
+    for line in outputs[-1].read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            total = int(line.split()[1])
+    print(f"callgrind: {total / requests / 1000:.0f}k instructions/request ({outputs[-1].name})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--path", choices=("http-binary", "http-json", "grpc"), required=True)
@@ -157,6 +175,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="CPU windows; each is printed")
     parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="run under valgrind --tool=callgrind --instr-atstart=no: instructions per request",
+    )
     parser.add_argument("--top", type=int, default=0, help="with --cprofile: functions to list")
     parser.add_argument("--dump", help="with --cprofile: write the pstats file here")
     parser.add_argument("--sort", default="ncalls", help="pstats sort key for --top")
@@ -181,12 +204,15 @@ def main() -> None:
                     start = os.times()
                     load.run(args.requests)
                     end = os.times()
+                    rate = args.requests / (end.elapsed - start.elapsed)
                     cpu = (end.user - start.user) + (end.system - start.system)
                     print(
                         f"{args.path}: server CPU {cpu / args.requests * 1e6:.1f} µs/request "
                         f"(user {(end.user - start.user) / args.requests * 1e6:.1f}, "
-                        f"{args.requests} requests, c{args.concurrency})"
+                        f"{args.requests} requests, c{args.concurrency}, {rate:.0f}/s)"
                     )
+                if args.callgrind:
+                    _callgrind_window(load, args.requests)
                 if args.cprofile:
                     profiler = cProfile.Profile()
                     _on_loop(server, profiler.enable)
