@@ -1,7 +1,9 @@
-"""Per-request cost of one infer path in a running server: Python calls and CPU µs.
+"""Per-request cost of one infer path in a running server: CPU µs, instructions, Python calls.
 
     .venv/bin/python tools/profile_requests.py --path http-binary --requests 4000
     .venv/bin/python tools/profile_requests.py --path grpc --cprofile --top 30
+    valgrind --tool=callgrind --instr-atstart=no .venv/bin/python tools/profile_requests.py \
+        --path http-json --requests 2000 --warmup 300 --rounds 0 --callgrind
 
 The server runs in this process (``pytriton_core.Server`` with its HTTP and gRPC front ends,
 the bench's ``identity_fp32`` repository); the load comes from a client in another process
@@ -11,7 +13,9 @@ bench's ``[1, 16]`` FP32 request), so the figures are the server's alone:
 - CPU µs per request: this process's CPU time (every thread: the loop, grpc's poller) over a
   window of ``--requests`` requests after ``--warmup`` ones, divided by the requests;
 - with ``--callgrind`` (run under ``valgrind --tool=callgrind --instr-atstart=no``), one
-  more window counted by callgrind, every thread of the server: instructions per request;
+  more window counted by callgrind, every thread of the server: instructions per request
+  (valgrind runs the server some 50 times slower, so the inline rule's wall-clock budget
+  sends some executions to the instance's thread: compare builds with each other);
 - with ``--cprofile``, a second window profiled on the loop's thread (where the front ends,
   the scheduler and an inline ``execute`` run): Python-level calls per request, and the
   functions with the most calls (``--top``).
