@@ -1,0 +1,237 @@
+"""Per-request cost of one infer path in a running server: CPU µs, instructions, Python calls.
+
+    .venv/bin/python tools/profile_requests.py --path http-binary --requests 4000
+    .venv/bin/python tools/profile_requests.py --path grpc --cprofile --top 30
+    valgrind --tool=callgrind --instr-atstart=no .venv/bin/python tools/profile_requests.py \
+        --path http-json --requests 2000 --warmup 300 --rounds 0 --callgrind
+
+The server runs in this process (``pytriton_core.Server`` with its HTTP and gRPC front ends,
+the bench's ``identity_fp32`` repository); the load comes from a client in another process
+(``--concurrency`` keep-alive connections or concurrent gRPC calls, each a closed loop, the
+bench's ``[1, 16]`` FP32 request), so the figures are the server's alone:
+
+- CPU µs per request: this process's CPU time (every thread: the loop, grpc's poller) over a
+  window of ``--requests`` requests after ``--warmup`` ones, divided by the requests;
+- with ``--callgrind`` (run under ``valgrind --tool=callgrind --instr-atstart=no``), one
+  more window counted by callgrind, every thread of the server: instructions per request
+  (valgrind runs the server some 50 times slower, so the inline rule's wall-clock budget
+  sends some executions to the instance's thread: compare builds with each other);
+- with ``--cprofile``, a second window profiled on the loop's thread (where the front ends,
+  the scheduler and an inline ``execute`` run): Python-level calls per request, and the
+  functions with the most calls (``--top``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.payloads import http_body, input_array, prepare_repository  # noqa: E402
+from pytriton_core import Server  # noqa: E402
+
+# The client process: reads "go N\n" on stdin, sends N requests over its connections,
+# answers "done\n"; closes on EOF. Responses are checked only for their status.
+_CLIENT = r"""
+import asyncio, sys
+import uvloop
+
+MODE, HOST, PORT, CONC = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+PAYLOAD = bytes.fromhex(sys.stdin.readline().strip())
+
+async def http_connection(left):
+    reader, writer = await asyncio.open_connection(HOST, PORT)
+    while left[0] > 0:
+        left[0] -= 1
+        writer.write(PAYLOAD)
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise SystemExit(head.decode("latin-1"))
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+    writer.close()
+
+async def grpc_calls(channel, left):
+    call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+    while left[0] > 0:
+        left[0] -= 1
+        await call(PAYLOAD)
+
+async def main():
+    channel = None
+    if MODE == "grpc":
+        import grpc
+        channel = grpc.aio.insecure_channel(f"{HOST}:{PORT}")
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        left = [int(line.split()[1])]
+        if channel is None:
+            await asyncio.gather(*(http_connection(left) for _ in range(CONC)))
+        else:
+            await asyncio.gather(*(grpc_calls(channel, left) for _ in range(CONC)))
+        print("done", flush=True)
+
+uvloop.run(main())
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _payload(path: str, port: int) -> bytes:
+    if path == "grpc":
+        from tritonclient.grpc import service_pb2
+
+        array = input_array(16)
+        request = service_pb2.ModelInferRequest(model_name="identity_fp32")
+        tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=list(array.shape))
+        del tensor
+        request.outputs.add(name="OUTPUT0")
+        request.raw_input_contents.append(array.tobytes())
+        data: bytes = request.SerializeToString()
+        return data
+    body = http_body(16, binary=path == "http-binary")
+    head = f"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in body.headers.items())
+    head += f"Content-Length: {len(body.body)}\r\n\r\n"
+    return head.encode() + body.body
+
+
+class _Load:
+    def __init__(self, path: str, port: int, concurrency: int) -> None:
+        mode = "grpc" if path == "grpc" else "http"
+        self._client = subprocess.Popen(
+            [sys.executable, "-c", _CLIENT, mode, "127.0.0.1", str(port), str(concurrency)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._send(_payload(path, port).hex())
+
+    def _send(self, line: str) -> None:
+        assert self._client.stdin is not None
+        self._client.stdin.write(line + "\n")
+        self._client.stdin.flush()
+
+    def run(self, requests: int) -> None:
+        self._send(f"go {requests}")
+        assert self._client.stdout is not None
+        if self._client.stdout.readline().strip() != "done":
+            raise SystemExit(f"the client failed (exit {self._client.wait()})")
+
+    def close(self) -> None:
+        assert self._client.stdin is not None
+        self._client.stdin.close()
+        self._client.wait(timeout=30)
+
+
+def _on_loop(server: Server, function: object) -> None:
+    loop = server._loop  # a tool reaching into the server it profiles
+    assert loop is not None and callable(function)
+    done = threading.Event()
+
+    def call() -> None:
+        function()
+        done.set()
+
+    loop.call_soon_threadsafe(call)
+    done.wait()
+
+
+def _callgrind_window(load: _Load, requests: int) -> None:
+    """Switch callgrind's counting on around one window (this process runs under
+    ``valgrind --tool=callgrind --instr-atstart=no``), then dump and read its totals."""
+    pid = str(os.getpid())
+    subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+    load.run(requests)
+    subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-d", "window", pid], check=True, capture_output=True)
+    outputs = sorted(Path.cwd().glob(f"callgrind.out.{pid}*"), key=lambda p: p.stat().st_mtime)
+    total = 0
+    for line in outputs[-1].read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            total = int(line.split()[1])
+    print(f"callgrind: {total / requests / 1000:.0f}k instructions/request ({outputs[-1].name})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--path", choices=("http-binary", "http-json", "grpc"), required=True)
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3, help="CPU windows; each is printed")
+    parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="run under valgrind --tool=callgrind --instr-atstart=no: instructions per request",
+    )
+    parser.add_argument("--top", type=int, default=0, help="with --cprofile: functions to list")
+    parser.add_argument("--dump", help="with --cprofile: write the pstats file here")
+    parser.add_argument("--sort", default="ncalls", help="pstats sort key for --top")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as work:
+        repository = prepare_repository(Path(work), dynamic_batching=False)
+        http_port, grpc_port = _free_port(), _free_port()
+        with Server(
+            model_repository=repository,
+            allow_http=True,
+            http_port=http_port,
+            allow_grpc=True,
+            grpc_port=grpc_port,
+        ) as server:
+            load = _Load(
+                args.path, grpc_port if args.path == "grpc" else http_port, args.concurrency
+            )
+            try:
+                load.run(args.warmup)
+                for _ in range(args.rounds):
+                    start = os.times()
+                    load.run(args.requests)
+                    end = os.times()
+                    rate = args.requests / (end.elapsed - start.elapsed)
+                    cpu = (end.user - start.user) + (end.system - start.system)
+                    print(
+                        f"{args.path}: server CPU {cpu / args.requests * 1e6:.1f} µs/request "
+                        f"(user {(end.user - start.user) / args.requests * 1e6:.1f}, "
+                        f"{args.requests} requests, c{args.concurrency}, {rate:.0f}/s)"
+                    )
+                if args.callgrind:
+                    _callgrind_window(load, args.requests)
+                if args.cprofile:
+                    profiler = cProfile.Profile()
+                    _on_loop(server, profiler.enable)
+                    load.run(args.requests)
+                    _on_loop(server, profiler.disable)
+                    stats = pstats.Stats(profiler)
+                    calls = stats.total_calls  # type: ignore[attr-defined]
+                    print(f"{args.path}: {calls / args.requests:.1f} Python-level calls/request")
+                    if args.dump:
+                        stats.dump_stats(args.dump)
+                    if args.top:
+                        stats.sort_stats(args.sort).print_stats(args.top)
+            finally:
+                load.close()
+
+
+if __name__ == "__main__":
+    main()
