@@ -53,6 +53,7 @@ from pytriton_core.errors import (
     ModelConfigError,
     ServerError,
 )
+from pytriton_core.inference.inline import current_inline
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
@@ -66,7 +67,8 @@ MODULE_NAME = "triton_python_backend_utils"
 EXECUTE_ON_LOOP = "EXECUTE_ON_EVENT_LOOP"
 BATCHED_EXECUTE = "BATCHED_EXECUTE"
 # A call of the server in model code (BLS, model management): such a model's executions
-# stay in its instance's thread, where they can wait for the loop to answer.
+# run in its instance's thread, where they can wait for the loop to answer, or on the loop
+# inside an ``InlineExecution``, which a wait suspends.
 _SERVER_CALL = re.compile(r"\b(?:exec|async_exec|load_model|unload_model|is_model_ready)\s*\(")
 
 
@@ -232,17 +234,22 @@ class PythonModel(BackendModel):
                 "(max_batch_size > 0) in the default (not decoupled) transaction policy"
             )
         self._spec = spec
-        # Nor for a model whose code calls the server (BLS waits for the loop to answer):
-        # its file names such a call, or a call was made (``server_called``).
-        self.loop_execution = (
+        # A model whose code calls the server (BLS waits for the loop to answer) runs on
+        # the loop only inside an ``InlineExecution``, which such a wait suspends
+        # (``loop_calls``): its file names such a call, or a call was made
+        # (``server_called``).
+        self.loop_calls = (
             flag(spec.parameters.get(EXECUTE_ON_LOOP), default=True)
             and not self.decoupled
             and not inspect.iscoroutinefunction(module.TritonPythonModel.execute)
-            and not _SERVER_CALL.search(path.read_text(errors="replace"))
+        )
+        self.loop_execution = self.loop_calls and not _SERVER_CALL.search(
+            path.read_text(errors="replace")
         )
 
     def server_called(self) -> None:
-        """Model code called the server: no execution of this model runs on the loop."""
+        """Model code called the server: no execution of this model runs on the loop but
+        inside an ``InlineExecution``."""
         self.loop_execution = False
 
     def finalize(self) -> None:
@@ -374,7 +381,12 @@ class PythonInstance(BackendInstance):
     def _call_execute(
         self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[InferenceRequest]
     ) -> Any:
-        bridge = self._bridge if threading.get_ident() == self._worker else self._elsewhere_bridge
+        # Off the instance's thread, calls are refused unless they can wait by suspending
+        # the execution (on the loop, inside an ``InlineExecution``).
+        if threading.get_ident() == self._worker or current_inline() is not None:
+            bridge = self._bridge
+        else:
+            bridge = self._elsewhere_bridge
         # ``_scope``'s blocks, entered here without a generator: this runs per execution.
         with self._running, pb_utils.server_context(bridge, "execute"):
             try:
