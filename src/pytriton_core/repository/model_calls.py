@@ -65,15 +65,17 @@ class InProcessCalls:
             except ServerError as exc:
                 refused(exc)
 
-        if _on_loop(self._loop):
-            _refuse_outside_inline()
-            submit_on_loop()  # the caller waits by suspending (``InlineExecution``)
+        if current_inline() is not None:  # on the loop: the caller waits by suspending
+            submit_on_loop()
             return
+        _refuse_on_loop(self._loop)
         self._loop.call_soon_threadsafe(submit_on_loop)
 
     def execute_direct(self, request: InferenceRequest) -> bool:
-        on_loop = _on_loop(self._loop)
-        if on_loop and current_inline() is None:
+        # An inline execution runs on the loop (and the test is cheaper than asking
+        # asyncio, which costs a getpid system call there).
+        on_loop = current_inline() is not None
+        if not on_loop and _on_loop(self._loop):
             return False  # ``submit`` refuses it
         # The manager's tables may be read from any thread (see ``model_spec``).
         model = self._manager.get(request.model_name, request.model_version)
@@ -107,8 +109,8 @@ class InProcessCalls:
         return task.result()
 
 
-def _refuse_outside_inline() -> None:
-    if current_inline() is None:
+def _refuse_on_loop(loop: asyncio.AbstractEventLoop) -> None:
+    if _on_loop(loop):
         # The caller would block the loop that has to run the request and bring its
         # answer back: a deadlock. Model code that calls models runs on instance threads
         # (or its model's own loop), or on the loop inside an ``InlineExecution``.
