@@ -113,6 +113,66 @@ SLEEP_S = 0.5
 
 PROCESS_MODE = parameter("EXECUTION_MODE", "process")
 
+# Calls "thread_name" from a thread of its own (in a copy of its context, so that the
+# thread sees the server), waits for it, and answers with its own thread's name and the
+# call's answer; the thread is started by ``helper`` (THREAD_HELPER) when model.py says
+# nothing of threads, by model.py itself otherwise.
+THREADED = """
+import json
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+{imports}
+
+def call(x):
+    answer = pb_utils.InferenceRequest(
+        model_name="thread_name", requested_output_names=["THREAD"], inputs=[x]
+    ).exec()
+    if answer.has_error():
+        raise pb_utils.TritonModelException(answer.error().message())
+    return pb_utils.get_output_tensor_by_name(answer, "THREAD").as_numpy().reshape(-1)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            targets = []
+            if json.loads(request.parameters()).get("threaded"):
+                targets = list(in_thread(call, x))
+            own = np.array([threading.current_thread().name.encode()], np.object_)
+            outputs = [
+                pb_utils.Tensor("THREAD", own),
+                pb_utils.Tensor("TARGETS", np.array(targets, np.object_)),
+            ]
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+
+IN_THREAD = """
+import contextvars
+import threading
+
+
+def in_thread(work, *args):
+    result = []
+
+    def run():
+        try:
+            result.append(work(*args))
+        except Exception as exc:  # raised again in the caller's thread
+            result.append(exc)
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,))
+    thread.start()
+    thread.join()
+    if isinstance(result[0], Exception):
+        raise result[0]
+    return result[0]
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
@@ -131,6 +191,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     write_python(root, "sleeper", SLEEPER, THREAD_NAME_CONFIG)
     write_python(root, "loaded_later", THREAD_NAME, THREAD_NAME_CONFIG)
     write_identity_model(root, "identity")  # the witness's
+    write_python(root, "threaded", THREADED.format(imports=IN_THREAD), WHERE_CONFIG)
+    helped = write_python(
+        root,
+        "threaded_by_helper",
+        THREADED.format(imports="from helper import in_thread"),
+        WHERE_CONFIG,
+    )
+    (helped / "1" / "helper.py").write_text(IN_THREAD)
     startup = [
         f"--load-model={name}"
         for name in (
@@ -142,6 +210,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
             "thread_stream",
             "sleeper",
             "identity",
+            "threaded",
+            "threaded_by_helper",
         )
     ]
     with run_pytriton_server(root, "--model-control-mode=explicit", *startup) as handle:
@@ -249,3 +319,39 @@ def test_a_self_call_with_no_free_instance_still_fails(
         _where(http, target="where")
     assert "no instance of model 'where' can get free" in caught.value.message()
     assert _inline(http, target="thread_name") == [LOOP]  # and the server still serves
+
+
+def _threaded(http: httpclient.InferenceServerClient, model: str, **parameters: Any) -> str:
+    x = httpclient.InferInput("X", [1, 4], "FP32")
+    x.set_data_from_numpy(np.zeros((1, 4), np.float32))
+    return http.infer(model, [x], parameters=parameters).as_numpy("THREAD")[0].decode()
+
+
+def test_a_model_whose_threads_call_the_server_stays_in_its_thread(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    """On the loop its execution would block the loop while it waits for its thread, whose
+    call needs the loop: model.py naming threads keeps it in its instance's thread."""
+    threads = {_threaded(http, "threaded") for _ in range(12)}
+    assert threads == {"instance-threaded_0"}
+    assert _threaded(http, "threaded", threaded=True) == "instance-threaded_0"
+
+
+def test_a_call_from_a_thread_of_an_execution_on_the_loop_is_refused_not_hung(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    """Threads started by a module model.py imports: the first such call, made while the
+    execution holds the loop, is refused (it could never be answered); the model's
+    executions then stay in its thread, where the same call runs."""
+    for _ in range(12):
+        if _threaded(http, "threaded_by_helper") == LOOP:
+            break
+    else:
+        raise AssertionError("threaded_by_helper never executed on the loop")
+    with pytest.raises(InferenceServerException) as caught:
+        _threaded(http, "threaded_by_helper", threaded=True)
+    assert "called the server from a thread of its own" in caught.value.message()
+    assert _threaded(http, "threaded_by_helper", threaded=True) == "instance-threaded_by_helper_0"
+    assert {_threaded(http, "threaded_by_helper") for _ in range(12)} == {
+        "instance-threaded_by_helper_0"
+    }

@@ -43,6 +43,7 @@ class InlineExecution(greenlet.greenlet):  # type: ignore[misc]  # greenlet is u
         self._loop = loop
         self._thread = threading.get_ident()
         self._slice_start_ns = 0
+        self._suspended = False
 
     def start(self, *args: Any) -> None:
         """Run the execution until it ends or first waits; call on the loop."""
@@ -51,8 +52,22 @@ class InlineExecution(greenlet.greenlet):  # type: ignore[misc]  # greenlet is u
 
     def suspend(self) -> None:
         """From inside the execution: give the loop back until ``wake`` is called."""
-        self.parent.switch()
+        self._suspended = True
+        try:
+            self.parent.switch()
+        finally:
+            self._suspended = False
         self._slice_start_ns = time.monotonic_ns()
+
+    @property
+    def holds_loop(self) -> bool:
+        """Whether the execution runs now (the loop waits for it), as seen from any
+        thread: started, not suspended, not ended."""
+        return bool(self) and not self._suspended
+
+    def on_loop_thread(self) -> bool:
+        """Whether the calling thread is the loop's (where the execution runs)."""
+        return threading.get_ident() == self._thread
 
     def wake(self) -> None:
         """Let a suspended execution go on, in a loop callback of its own (never inside the

@@ -260,7 +260,12 @@ class Model:
                     self._in_flight += 1
                     instance.execute_inline([request])
                     return
-            elif may_start() and instance.inline_ready and instance.claim():
+            elif (
+                self._backend_model.loop_calls  # a Python model may turn it off
+                and may_start()
+                and instance.inline_ready
+                and instance.claim()
+            ):
                 # The same, for a model that calls the server: a call that has to wait
                 # suspends the execution (the loop goes on) and the response is delivered
                 # when it ends. Not inside another one (a call from an inline execution):

@@ -188,7 +188,9 @@ class BlsBridge:
     caller is a default-mode model, whose responses leave after its batch: see
     runtime/deferral.py).
     ``on_call``: told of every call, before it is made; ``on_loop``: the execution runs on
-    the server's event loop, so every call is refused.
+    the server's event loop, so every call is refused; ``refuses_thread``: asked before a
+    call that needs the loop whether to refuse it, coming from this thread (a thread of
+    the model's own while its execution holds the loop: see ``PythonInstance``).
     """
 
     def __init__(
@@ -201,8 +203,10 @@ class BlsBridge:
         on_call: Callable[[], None] | None = None,
         on_loop: bool = False,
         direct_calls: bool = False,
+        refuses_thread: Callable[[], bool] | None = None,
     ) -> None:
         self._calls = calls
+        self._refuses_thread = refuses_thread
         self._direct_calls = direct_calls
         self._waits = waits
         self._caller = caller
@@ -223,9 +227,17 @@ class BlsBridge:
             self._calls, self._waits, self._caller, self._staging, True, self._on_call, True
         )
 
-    def _calling(self) -> None:
+    def _calling(self, needs_loop: bool = True) -> None:
         if self._on_call is not None:
             self._on_call()
+        if needs_loop and self._refuses_thread is not None and self._refuses_thread():
+            raise InternalError(
+                f"model '{self._caller.model[0]}' called the server from a thread of its "
+                "own while its execution ran on the server's event loop, which the call "
+                "needs (the execution may be waiting for this thread); its executions run "
+                "in its instance's thread from now on (the model parameter "
+                'EXECUTE_ON_EVENT_LOOP: "no" keeps them there from the start)'
+            )
         if self._on_loop:
             raise InternalError(
                 f"model '{self._caller.model[0]}' called the server from an execution "
@@ -296,7 +308,7 @@ class BlsBridge:
         self._calls.unload_model(name, unload_dependents)
 
     def is_model_ready(self, name: str, version: int) -> bool:
-        self._calling()
+        self._calling(needs_loop=False)  # a read of the server's tables
         return self._calls.is_model_ready(name, version)
 
     # ----------------------------------------------------------------- internals
