@@ -70,12 +70,15 @@ BATCHED_EXECUTE = "BATCHED_EXECUTE"
 # run in its instance's thread, where they can wait for the loop to answer, or on the loop
 # inside an ``InlineExecution``, which a wait suspends.
 _SERVER_CALL = re.compile(r"\b(?:exec|async_exec|load_model|unload_model|is_model_ready)\s*\(")
-# Threads of the model's own that may call the server for an execution that waits for
-# them (docs/pipelines.md: a thread sees the server in a copy of the caller's context):
-# on the loop the execution would block the loop their calls need, so such a model's
-# executions stay in its instance's thread.
-_STARTS_THREADS = re.compile(
-    r"\b(?:Thread|ThreadPoolExecutor|copy_context|to_thread|run_in_executor)\b"
+# In a model that calls the server, waits the loop cannot suspend: threads of the model's
+# own that may call the server for an execution that waits for them (docs/pipelines.md: a
+# thread sees the server in a copy of the caller's context), or an event loop of its own
+# (``asyncio.run`` of ``async_exec`` calls, which cannot run on the server's loop). On
+# the loop such an execution would block the loop their calls need, so it stays in its
+# instance's thread.
+_WAITS_ELSEWHERE = re.compile(
+    r"\b(?:Thread|ThreadPoolExecutor|copy_context|to_thread|run_in_executor|asyncio"
+    r"|async_exec)\b"
 )
 
 
@@ -245,16 +248,18 @@ class PythonModel(BackendModel):
         # the loop only inside an ``InlineExecution``, which such a wait suspends
         # (``loop_calls``): its file names such a call, or a call was made
         # (``server_called``).
-        # Not where its threads may call the server (``_STARTS_THREADS``, or such a call
-        # came: ``thread_called``).
+        # Not where it waits for the server in ways the loop cannot suspend
+        # (``_WAITS_ELSEWHERE``), or a thread of its own called the server
+        # (``thread_called``).
         source = path.read_text(errors="replace")
-        self.loop_calls = (
+        may_loop = (
             flag(spec.parameters.get(EXECUTE_ON_LOOP), default=True)
             and not self.decoupled
             and not inspect.iscoroutinefunction(module.TritonPythonModel.execute)
-            and not _STARTS_THREADS.search(source)
         )
-        self.loop_execution = self.loop_calls and not _SERVER_CALL.search(source)
+        calls_server = _SERVER_CALL.search(source) is not None
+        self.loop_execution = may_loop and not calls_server
+        self.loop_calls = may_loop and not (calls_server and _WAITS_ELSEWHERE.search(source))
 
     def server_called(self) -> None:
         """Model code called the server: no execution of this model runs on the loop but
