@@ -695,7 +695,10 @@ def test_a_call_to_an_idle_default_scheduled_model_runs_on_the_callers_thread(
     statistics as a queued execution would be."""
     before = _counts(http, "thread_name")
     caller, target = _thread_call(http, "thread_name")
-    assert caller == target == "instance-thread_caller_0"
+    # (After enough short executions the caller runs on the loop, and its call with it:
+    # test_bls_inline.py.)
+    assert caller == target
+    assert caller in ("instance-thread_caller_0", "MainThread")
     successes, failures, executions, compute_ns = _counts(http, "thread_name")
     assert (successes, failures, executions) == (before[0] + 1, before[1], before[2] + 1)
     assert compute_ns > before[3]

@@ -36,8 +36,9 @@ from pytriton_core.memory.pinned import StagingPool
 class ServerCalls(Protocol):
     """The server as model code calls it (Python models' BLS and model management).
 
-    Every method may be called from any thread but the server's event loop; the server
-    does the work on its loop.
+    Every method may be called from any thread but the server's event loop, or on the
+    loop from inside an ``InlineExecution`` (inference/inline.py), which a wait suspends;
+    the server does the work on its loop.
     """
 
     def model_spec(self, name: str, version: int) -> ModelSpec:
@@ -158,6 +159,10 @@ class BackendModel(abc.ABC):
     # delivers: short ones may then run on the loop (runtime/instance.py). Backends whose
     # frameworks release the GIL keep their threads, which run beside the loop.
     loop_execution: bool = False
+    # True when executions hold the GIL throughout and wait only on the server's answers
+    # to their calls (BLS), which an ``InlineExecution`` (inference/inline.py) waits for
+    # without blocking the loop: short ones may then run on the loop inside one.
+    loop_calls: bool = False
     # True when its instances' ``begin`` starts a batch on the loop and reports back there
     # (the work runs in another process): with a scheduler that ``holds_for_loop`` the loop
     # then hands requests out itself, and no instance thread is on a request's path.

@@ -4,6 +4,8 @@ A BLS request from a Python model is a function call into the target model's sch
 no socket, no serialization, no copy of tensor data. Model code runs on instance threads
 (or a model's own event loop); requests and model management are handed to the server's
 loop, where models are looked up and submitted to as for a request from a front end.
+Model code running on the loop inside an ``InlineExecution`` (inference/inline.py) does
+that work at once, and waits for model management by suspending the execution.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import InternalError, ServerError, UnavailableError
+from pytriton_core.inference.inline import current_inline
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.options import ModelControlMode, ServerOptions
 
@@ -78,21 +81,27 @@ class InProcessCalls:
         return True
 
     def submit(self, request: InferenceRequest, refused: Callable[[ServerError], None]) -> None:
-        _refuse_on_loop(self._loop)
-
         def submit_on_loop() -> None:
             try:
                 self._manager.get(request.model_name, request.model_version).submit(request)
             except ServerError as exc:
                 refused(exc)
 
+        if current_inline() is not None:  # on the loop: the caller waits by suspending
+            submit_on_loop()
+            return
+        _refuse_on_loop(self._loop)
         self._loop.call_soon_threadsafe(submit_on_loop)
 
     def execute_direct(self, request: InferenceRequest) -> bool:
-        if _on_loop(self._loop):
+        # An inline execution runs on the loop (and the test is cheaper than asking
+        # asyncio, which costs a getpid system call there).
+        on_loop = current_inline() is not None
+        if not on_loop and _on_loop(self._loop):
             return False  # ``submit`` refuses it
         # The manager's tables may be read from any thread (see ``model_spec``).
-        return self._manager.get(request.model_name, request.model_version).execute_direct(request)
+        model = self._manager.get(request.model_name, request.model_version)
+        return model.execute_direct(request, on_loop)
 
     def cancel(self, request: InferenceRequest) -> None:
         request.cancel_threadsafe()
@@ -121,17 +130,23 @@ class InProcessCalls:
             raise UnavailableError(EXPLICIT_ONLY)
 
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
-        if _on_loop(self._loop):
+        if not _on_loop(self._loop):
+            return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        inline = current_inline()
+        if inline is None:
             work.close()
             raise InternalError("model management cannot wait on the server's own event loop")
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        task = self._loop.create_task(work)
+        task.add_done_callback(lambda _: inline.wake())
+        inline.suspend()  # the loop runs the task meanwhile
+        return task.result()
 
 
 def _refuse_on_loop(loop: asyncio.AbstractEventLoop) -> None:
     if _on_loop(loop):
         # The caller would block the loop that has to run the request and bring its
-        # answer back: a deadlock. Model code that calls models must run on instance
-        # threads (or its model's own loop), never inline on the server's loop.
+        # answer back: a deadlock. Model code that calls models runs on instance threads
+        # (or its model's own loop), or on the loop inside an ``InlineExecution``.
         raise InternalError(BLS_ON_LOOP)
 
 

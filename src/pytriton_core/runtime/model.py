@@ -10,6 +10,11 @@ instance is idle: no hand-off to the loop or to the instance's thread and back. 
 goes to the caller from there; its statistics are counted on the loop just before the
 outcome of the caller's batch (runtime/deferral.py), so they are in place before the
 caller's response is delivered.
+
+A model that calls the server (BLS) runs a lone request on the loop too, inside an
+``InlineExecution`` (inference/inline.py): its calls to models that can answer at once
+execute right there (``execute_direct`` on the loop), and a call that has to wait suspends
+the execution, giving the loop back, until its answer arrives.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from google.protobuf.message import Message
@@ -34,6 +39,7 @@ from pytriton_core.errors import (
     ServerError,
     UnavailableError,
 )
+from pytriton_core.inference.inline import InlineExecution, may_start
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.response_cache import InsertOutcome, cache_key
@@ -106,8 +112,11 @@ class Model:
         # instance index -> start of the execution last reported busy (hung or slow)
         self._reported_executions: dict[int, int] = {}
         # A lone request may execute on the loop (runtime/instance.py): this backend holds
-        # the GIL anyway, and the scheduler would hand a lone request over at once.
-        self._inline = backend_model.loop_execution and self._scheduler.dispatches_lone_at_once
+        # the GIL anyway, and the scheduler would hand a lone request over at once. (A
+        # backend whose executions call the server runs them in an ``InlineExecution``.)
+        self._inline = (
+            backend_model.loop_execution or backend_model.loop_calls
+        ) and self._scheduler.dispatches_lone_at_once
         # The dynamic batcher gets a turn's requests without waking an instance, and they
         # are handed over together at the end of the turn (``_end_of_turn``), where they
         # form one batch, executed inline when it may be.
@@ -241,15 +250,28 @@ class Model:
             and not self._per_turn
             and accepting  # a stopped scheduler's refusal comes from its enqueue
             and not self._in_flight
-            and self._backend_model.loop_execution  # a Python model may turn it off
         ):
             instance = self._instances[0]
-            if instance.inline_ready and instance.claim():
-                # Nothing queued or executing: the instance's thread is idle, and this
-                # request would be its next batch at once. Run it here, without the two
-                # thread wake-ups; its response is delivered before submit returns.
+            if self._backend_model.loop_execution:  # a Python model may turn it off
+                if instance.inline_ready and instance.claim():
+                    # Nothing queued or executing: the instance's thread is idle, and this
+                    # request would be its next batch at once. Run it here, without the two
+                    # thread wake-ups; its response is delivered before submit returns.
+                    self._in_flight += 1
+                    instance.execute_inline([request])
+                    return
+            elif (
+                self._backend_model.loop_calls  # a Python model may turn it off
+                and may_start()
+                and instance.inline_ready
+                and instance.claim()
+            ):
+                # The same, for a model that calls the server: a call that has to wait
+                # suspends the execution (the loop goes on) and the response is delivered
+                # when it ends. Not inside another one (a call from an inline execution):
+                # that request goes to this model's thread.
                 self._in_flight += 1
-                instance.execute_inline([request])
+                InlineExecution(instance.execute_inline, self._loop).start([request])
                 return
         try:
             if self._loop_dispatch:
@@ -301,11 +323,12 @@ class Model:
         finally:
             self._dispatching = False
 
-    def execute_direct(self, request: InferenceRequest) -> bool:
-        """Run a BLS request on the calling thread (a model's, never the loop's) if it can
-        run at once (see the module docstring): True once it has executed and its final
-        response, if the model returned one, was delivered; False when it is left to
-        ``submit`` on the loop. Raises what ``submit`` would refuse it with."""
+    def execute_direct(self, request: InferenceRequest, on_loop: bool = False) -> bool:
+        """Run a BLS request on the calling thread (a model's, or the loop's for a caller
+        in an ``InlineExecution``: ``on_loop``) if it can run at once (see the module
+        docstring): True once it has executed and its final response, if the model
+        returned one, was delivered; False when it is left to ``submit``. Raises what
+        ``submit`` would refuse it with."""
         if not (
             self._direct
             and self._backend_model.loop_execution  # holds the GIL, waits on no server
@@ -315,7 +338,8 @@ class Model:
         ):
             return False
         for instance in self._instances:
-            if instance.claim():
+            # On the loop only an instance whose executions are short (as for ``submit``).
+            if (not on_loop or instance.inline_ready) and instance.claim():
                 break
         else:
             return False
@@ -329,7 +353,8 @@ class Model:
         end_ns = time.monotonic_ns()
         if request.trace is not None:
             _trace_compute(request, timing)
-        schedule = self._defer_counts
+        # On the loop the statistics are counted now, before the response goes.
+        schedule = _call_now if on_loop else self._defer_counts
         if isinstance(responses, ServerError):
             schedule(self._count_failed_execution, [request], responses, end_ns)
             request.deliver(InferenceResponse.failed(responses), True)
@@ -722,3 +747,8 @@ def _trace_compute(request: InferenceRequest, timing: ComputeTiming) -> None:
     trace.stamp("COMPUTE_INPUT_END", timing.input_end_ns)
     trace.stamp("COMPUTE_OUTPUT_START", timing.infer_end_ns)
     trace.stamp("COMPUTE_END", timing.end_ns)
+
+
+def _call_now(work: Callable[..., object], *args: object) -> None:
+    """``execute_direct``'s way to count on the loop: at once."""
+    work(*args)

@@ -53,6 +53,7 @@ from pytriton_core.errors import (
     ModelConfigError,
     ServerError,
 )
+from pytriton_core.inference.inline import InlineExecution, current_inline
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
@@ -66,8 +67,19 @@ MODULE_NAME = "triton_python_backend_utils"
 EXECUTE_ON_LOOP = "EXECUTE_ON_EVENT_LOOP"
 BATCHED_EXECUTE = "BATCHED_EXECUTE"
 # A call of the server in model code (BLS, model management): such a model's executions
-# stay in its instance's thread, where they can wait for the loop to answer.
+# run in its instance's thread, where they can wait for the loop to answer, or on the loop
+# inside an ``InlineExecution``, which a wait suspends.
 _SERVER_CALL = re.compile(r"\b(?:exec|async_exec|load_model|unload_model|is_model_ready)\s*\(")
+# In a model that calls the server, waits the loop cannot suspend: threads of the model's
+# own that may call the server for an execution that waits for them (docs/pipelines.md: a
+# thread sees the server in a copy of the caller's context), or an event loop of its own
+# (``asyncio.run`` of ``async_exec`` calls, which cannot run on the server's loop). On
+# the loop such an execution would block the loop their calls need, so it stays in its
+# instance's thread.
+_WAITS_ELSEWHERE = re.compile(
+    r"\b(?:Thread|ThreadPoolExecutor|copy_context|to_thread|run_in_executor|asyncio"
+    r"|async_exec)\b"
+)
 
 
 def _asks_process_mode(cfg: Any) -> bool:
@@ -232,18 +244,33 @@ class PythonModel(BackendModel):
                 "(max_batch_size > 0) in the default (not decoupled) transaction policy"
             )
         self._spec = spec
-        # Nor for a model whose code calls the server (BLS waits for the loop to answer):
-        # its file names such a call, or a call was made (``server_called``).
-        self.loop_execution = (
+        # A model whose code calls the server (BLS waits for the loop to answer) runs on
+        # the loop only inside an ``InlineExecution``, which such a wait suspends
+        # (``loop_calls``): its file names such a call, or a call was made
+        # (``server_called``).
+        # Not where it waits for the server in ways the loop cannot suspend
+        # (``_WAITS_ELSEWHERE``), or a thread of its own called the server
+        # (``thread_called``).
+        source = path.read_text(errors="replace")
+        may_loop = (
             flag(spec.parameters.get(EXECUTE_ON_LOOP), default=True)
             and not self.decoupled
             and not inspect.iscoroutinefunction(module.TritonPythonModel.execute)
-            and not _SERVER_CALL.search(path.read_text(errors="replace"))
         )
+        calls_server = _SERVER_CALL.search(source) is not None
+        self.loop_execution = may_loop and not calls_server
+        self.loop_calls = may_loop and not (calls_server and _WAITS_ELSEWHERE.search(source))
 
     def server_called(self) -> None:
-        """Model code called the server: no execution of this model runs on the loop."""
+        """Model code called the server: no execution of this model runs on the loop but
+        inside an ``InlineExecution``."""
         self.loop_execution = False
+
+    def thread_called(self) -> None:
+        """A thread of the model's own called the server: its executions stay in their
+        instance's thread from now on."""
+        self.loop_execution = False
+        self.loop_calls = False
 
     def finalize(self) -> None:
         self._importer.release()
@@ -282,11 +309,14 @@ class PythonInstance(BackendInstance):
                 self._staging,
                 on_call=model.server_called,
                 direct_calls=not model.decoupled,
+                refuses_thread=self._refuses_thread,
             )
         # For an execution off the instance's thread (the loop, a BLS caller's thread).
         self._elsewhere_bridge = None if self._bridge is None else self._bridge.on_event_loop()
         # Created in the instance's thread; an execution anywhere else runs on the loop.
         self._worker = threading.get_ident()
+        # The inline execution (on the loop) this instance executes in, if any.
+        self._inline: InlineExecution | None = None
         model.waits.register(self._key, spec.name)
         self._loop: ModelLoop | None = None
         self._batch_runner = model.batch_runner()
@@ -375,7 +405,16 @@ class PythonInstance(BackendInstance):
     def _call_execute(
         self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[InferenceRequest]
     ) -> Any:
-        bridge = self._bridge if threading.get_ident() == self._worker else self._elsewhere_bridge
+        # Off the instance's thread, calls are refused unless they can wait by suspending
+        # the execution (on the loop, inside an ``InlineExecution``).
+        inline = None
+        if threading.get_ident() == self._worker:
+            bridge = self._bridge
+        elif (inline := current_inline()) is not None:
+            bridge = self._bridge
+            self._inline = inline
+        else:
+            bridge = self._elsewhere_bridge
         # ``_scope``'s blocks, entered here without a generator: this runs per execution.
         with self._running, pb_utils.server_context(bridge, "execute"):
             try:
@@ -386,6 +425,20 @@ class PythonInstance(BackendInstance):
                 return self._run(result)
             except Exception as exc:
                 raise InternalError(self._failure(exc)) from exc
+            finally:
+                if inline is not None:
+                    self._inline = None
+
+    def _refuses_thread(self) -> bool:
+        """Whether to refuse a call (one that needs the loop) made now from this thread:
+        a thread of the model's own while its execution holds the loop, which may wait
+        for that thread, so the call's answer could never come. The model's executions
+        then stay in its thread."""
+        inline = self._inline
+        if inline is None or not inline.holds_loop or inline.on_loop_thread():
+            return False
+        self._model.thread_called()
+        return True
 
     def _execute_stacked(self, batch: Batch) -> dict[str, Any]:
         """BATCHED_EXECUTE: the model gets one request holding the gathered batch and

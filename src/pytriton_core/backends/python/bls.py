@@ -11,10 +11,12 @@ knows which Python-model instances are blocked waiting for BLS answers, and refu
 to a model none of whose instances can get free (say, a model calling itself from its only
 instance).
 
-A model that calls the server never executes on the server's event loop (the loop would
-have to deliver the answer it waits for) nor on a BLS caller's thread (``execute_direct``
-in runtime/model.py): the Python backend keeps such a model in its instance's thread
-(``PythonModel.loop_execution``), and a bridge made for an execution elsewhere
+A model that calls the server executes on the server's event loop only inside an
+``InlineExecution`` (inference/inline.py; ``PythonModel.loop_calls``): there a call whose
+target can answer at once executes it on the loop, and waiting for any other answer
+suspends the execution (``_Answers.next``) instead of blocking the loop, which has to
+deliver it. Such a model never executes plainly on the loop nor on a BLS caller's thread
+(``execute_direct`` in runtime/model.py): a bridge made for an execution there
 (``on_event_loop``) refuses every call, telling the model it moves to its thread.
 """
 
@@ -32,6 +34,7 @@ from pytriton_core.backends.base import ServerCalls
 from pytriton_core.backends.python import pb_utils
 from pytriton_core.backends.python.convert import from_pb_tensor, to_pb_tensor
 from pytriton_core.errors import InternalError, ServerError, UnavailableError
+from pytriton_core.inference.inline import InlineExecution, current_inline
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.memory.pinned import StagingPool
@@ -119,14 +122,17 @@ class Caller:
 class _Answers:
     """The responses of one BLS request, from the server's loop to whoever waits.
 
-    A blocking caller takes them from a queue; an awaiting caller (``awaiting``) is woken on
-    its own loop once it can go on: at the final response, or at the first one of a stream.
+    A blocking caller takes them from a queue, or, in an ``InlineExecution``, suspends it
+    until one arrives (the responses come on the loop, where it runs: no race); an awaiting
+    caller (``awaiting``) is woken on its own loop once it can go on: at the final
+    response, or at the first one of a stream.
     """
 
     def __init__(self, awaiting: asyncio.Future[None] | None = None, stream: bool = False):
         self._queue: queue.SimpleQueue[InferenceResponse | None] = queue.SimpleQueue()
         self._awaiting = awaiting
         self._stream = stream
+        self._suspended: InlineExecution | None = None
         self.request: InferenceRequest | None = None
 
     def refused(self, error: ServerError) -> None:
@@ -143,6 +149,10 @@ class _Answers:
             self._queue.put(response)
         if final:
             self._queue.put(None)
+        suspended = self._suspended
+        if suspended is not None:
+            self._suspended = None
+            suspended.wake()
         awaiting = self._awaiting
         if awaiting is not None and (final or self._stream):
             self._awaiting = None
@@ -154,6 +164,11 @@ class _Answers:
 
     def next(self) -> InferenceResponse | None:
         """The next response, waiting for it; None once the final one has been taken."""
+        if self._queue.empty():
+            inline = current_inline()
+            if inline is not None:  # on the loop: let it run until ``respond``
+                self._suspended = inline
+                inline.suspend()
         response = self._queue.get()
         if response is None:
             self._queue.put(None)  # stays at the end for a later call
@@ -174,7 +189,9 @@ class BlsBridge:
     caller is a default-mode model, whose responses leave after its batch: see
     runtime/deferral.py).
     ``on_call``: told of every call, before it is made; ``on_loop``: the execution runs on
-    the server's event loop, so every call is refused.
+    the server's event loop, so every call is refused; ``refuses_thread``: asked before a
+    call that needs the loop whether to refuse it, coming from this thread (a thread of
+    the model's own while its execution holds the loop: see ``PythonInstance``).
     """
 
     def __init__(
@@ -187,8 +204,10 @@ class BlsBridge:
         on_call: Callable[[], None] | None = None,
         on_loop: bool = False,
         direct_calls: bool = False,
+        refuses_thread: Callable[[], bool] | None = None,
     ) -> None:
         self._calls = calls
+        self._refuses_thread = refuses_thread
         self._direct_calls = direct_calls
         self._waits = waits
         self._caller = caller
@@ -219,9 +238,17 @@ class BlsBridge:
         bridge._initializing = True
         return bridge
 
-    def _calling(self) -> None:
+    def _calling(self, needs_loop: bool = True) -> None:
         if self._on_call is not None:
             self._on_call()
+        if needs_loop and self._refuses_thread is not None and self._refuses_thread():
+            raise InternalError(
+                f"model '{self._caller.model[0]}' called the server from a thread of its "
+                "own while its execution ran on the server's event loop, which the call "
+                "needs (the execution may be waiting for this thread); its executions run "
+                "in its instance's thread from now on (the model parameter "
+                'EXECUTE_ON_EVENT_LOOP: "no" keeps them there from the start)'
+            )
         if self._on_loop:
             raise InternalError(
                 f"model '{self._caller.model[0]}' called the server from an execution "
@@ -236,6 +263,9 @@ class BlsBridge:
     def infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
         answers = _Answers()
         target = self._prepare(request, answers)
+        inline = current_inline()
+        if inline is not None:
+            inline.take_turn()  # a long chain of calls on the loop lets other work run
         if self._direct_calls and self._ran_direct(answers):
             # It ran on this thread and has answered (or will, through the loop, if it
             # answered through its response sender): this instance never waited on an
@@ -293,7 +323,7 @@ class BlsBridge:
         return "" if self._initializing else self._caller.model[0]
 
     def is_model_ready(self, name: str, version: int) -> bool:
-        self._calling()
+        self._calling(needs_loop=False)  # a read of the server's tables
         return self._calls.is_model_ready(name, version)
 
     # ----------------------------------------------------------------- internals
