@@ -2,11 +2,13 @@
 
     .venv/bin/python tools/profile_requests.py --path http-binary --requests 4000
     .venv/bin/python tools/profile_requests.py --path grpc --cprofile --top 30
+    .venv/bin/python tools/profile_requests.py --path http-binary --model pipe_bls --cprofile
     valgrind --tool=callgrind --instr-atstart=no .venv/bin/python tools/profile_requests.py \
         --path http-json --requests 2000 --warmup 300 --rounds 0 --callgrind
 
 The server runs in this process (``pytriton_core.Server`` with its HTTP and gRPC front ends,
-the bench's ``identity_fp32`` repository); the load comes from a client in another process
+the bench's ``identity_fp32`` repository, or with ``--model pipe_ensemble|pipe_bls`` the
+two-step pipeline of ``bench.pipelines``); the load comes from a client in another process
 (``--concurrency`` keep-alive connections or concurrent gRPC calls, each a closed loop, the
 bench's ``[1, 16]`` FP32 request), so the figures are the server's alone:
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import pstats
 import socket
@@ -37,7 +40,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
 from bench.payloads import http_body, input_array, prepare_repository  # noqa: E402
+from bench.pipelines import write_repository  # noqa: E402
 from pytriton_core import Server  # noqa: E402
 
 # The client process: reads "go N\n" on stdin, sends N requests over its connections,
@@ -95,27 +101,47 @@ def _free_port() -> int:
         return port
 
 
-def _payload(path: str, port: int) -> bytes:
+def _payload(path: str, port: int, model: str) -> bytes:
+    # The pipelines' models take [16]; identity_fp32 takes [1, 16].
+    array = input_array(16) if model == "identity_fp32" else input_array(16).reshape(16)
     if path == "grpc":
         from tritonclient.grpc import service_pb2
 
-        array = input_array(16)
-        request = service_pb2.ModelInferRequest(model_name="identity_fp32")
+        request = service_pb2.ModelInferRequest(model_name=model)
         tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=list(array.shape))
         del tensor
         request.outputs.add(name="OUTPUT0")
         request.raw_input_contents.append(array.tobytes())
         data: bytes = request.SerializeToString()
         return data
-    body = http_body(16, binary=path == "http-binary")
-    head = f"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-    head += "".join(f"{name}: {value}\r\n" for name, value in body.headers.items())
-    head += f"Content-Length: {len(body.body)}\r\n\r\n"
-    return head.encode() + body.body
+    if model == "identity_fp32":
+        body = http_body(16, binary=path == "http-binary")
+        headers, content = body.headers, body.body
+    else:
+        headers, content = _pipeline_body(array, binary=path == "http-binary")
+    head = f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    head += f"Content-Length: {len(content)}\r\n\r\n"
+    return head.encode() + content
+
+
+def _pipeline_body(array: np.ndarray, binary: bool) -> tuple[dict[str, str], bytes]:
+    """A request to one of bench.pipelines' models (INPUT0, FP32 [16])."""
+    tensor: dict[str, object] = {"name": "INPUT0", "shape": list(array.shape), "datatype": "FP32"}
+    if not binary:
+        tensor["data"] = array.tolist()
+        return {"Content-Type": "application/json"}, json.dumps({"inputs": [tensor]}).encode()
+    tensor["parameters"] = {"binary_data_size": array.nbytes}
+    header = json.dumps({"inputs": [tensor], "parameters": {"binary_data_output": True}})
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(header)),
+    }
+    return headers, header.encode() + array.tobytes()
 
 
 class _Load:
-    def __init__(self, path: str, port: int, concurrency: int) -> None:
+    def __init__(self, path: str, port: int, concurrency: int, model: str) -> None:
         mode = "grpc" if path == "grpc" else "http"
         self._client = subprocess.Popen(
             [sys.executable, "-c", _CLIENT, mode, "127.0.0.1", str(port), str(concurrency)],
@@ -123,7 +149,7 @@ class _Load:
             stdout=subprocess.PIPE,
             text=True,
         )
-        self._send(_payload(path, port).hex())
+        self._send(_payload(path, port, model).hex())
 
     def _send(self, line: str) -> None:
         assert self._client.stdin is not None
@@ -174,6 +200,12 @@ def _callgrind_window(load: _Load, requests: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--path", choices=("http-binary", "http-json", "grpc"), required=True)
+    parser.add_argument(
+        "--model",
+        choices=("identity_fp32", "pipe_ensemble", "pipe_bls"),
+        default="identity_fp32",
+        help="the bench's identity model, or bench.pipelines' two-step pipeline",
+    )
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -190,7 +222,10 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as work:
-        repository = prepare_repository(Path(work), dynamic_batching=False)
+        if args.model == "identity_fp32":
+            repository = prepare_repository(Path(work), dynamic_batching=False)
+        else:
+            repository = write_repository(Path(work) / "pipelines")
         http_port, grpc_port = _free_port(), _free_port()
         with Server(
             model_repository=repository,
@@ -199,9 +234,8 @@ def main() -> None:
             allow_grpc=True,
             grpc_port=grpc_port,
         ) as server:
-            load = _Load(
-                args.path, grpc_port if args.path == "grpc" else http_port, args.concurrency
-            )
+            port = grpc_port if args.path == "grpc" else http_port
+            load = _Load(args.path, port, args.concurrency, args.model)
             try:
                 load.run(args.warmup)
                 for _ in range(args.rounds):
