@@ -182,12 +182,13 @@ class ProcessModel(BackendModel):
         # Batches start and finish on the server's loop (``ProcessInstance.begin``); a
         # decoupled model's batches stay on the instance's thread.
         self.loop_dispatch = not spec.decoupled
-        self._instances: list[ProcessInstance] = []
+        # Replaced whole under the lock, never changed in place: ``healthy`` (asked on
+        # each request) reads it without taking the lock.
+        self._instances: tuple[ProcessInstance, ...] = ()
         self._lock = threading.Lock()
 
     def healthy(self) -> bool:
-        with self._lock:
-            return all(instance.up for instance in self._instances)
+        return all(instance.up for instance in self._instances)
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         init = {
@@ -197,13 +198,12 @@ class ProcessModel(BackendModel):
         }
         instance = ProcessInstance(self, spec, init)
         with self._lock:
-            self._instances.append(instance)
+            self._instances = (*self._instances, instance)
         return instance
 
     def forget(self, instance: ProcessInstance) -> None:
         with self._lock:
-            if instance in self._instances:
-                self._instances.remove(instance)
+            self._instances = tuple(i for i in self._instances if i is not instance)
 
 
 class _Worker:

@@ -19,6 +19,7 @@ overwrite data the server has not read.
 
 from __future__ import annotations
 
+import array
 import mmap
 import os
 import pickle
@@ -47,6 +48,19 @@ MIN_ARENA_BYTES = 1 << 20
 _ALTERNATING_READ = 16384  # a batch's or an answer's control message mostly fits
 
 
+_MAX_FDS = 8  # descriptors one message may carry (two at most are sent)
+_FDS_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
+
+
+def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors of ``SCM_RIGHTS`` ancillary data (as ``socket.recv_fds`` reads them)."""
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return list(fds)
+
+
 class ChannelClosed(Exception):
     """The other process went away (or closed its end)."""
 
@@ -71,25 +85,27 @@ class Channel:
 
     def send(self, message: Any, fds: Sequence[int] = ()) -> None:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        data = _LENGTH.pack(len(payload)) + payload
+        # One system call for the prefix, the payload and any descriptors (no joined copy);
+        # what a full socket buffer leaves over goes after it.
+        parts = [_LENGTH.pack(len(payload)), payload]
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         with self._send_lock:
             try:
-                if fds:
-                    sent = socket.send_fds(self._sock, [data], list(fds))
-                    data = data[sent:]
-                if data:
-                    self._sock.sendall(data)
+                sent = self._sock.sendmsg(parts, ancillary)
+                if sent < _LENGTH.size + len(payload):
+                    self._sock.sendall((parts[0] + payload)[sent:])
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
 
     def recv(self) -> tuple[Any, list[int]]:
         """The next message and the descriptors that came with it (the caller owns them)."""
         try:
-            head, fds, _flags, _addr = socket.recv_fds(self._sock, self._first_read, 8)
+            head, ancillary, _flags, _addr = self._sock.recvmsg(self._first_read, _FDS_SPACE)
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
         if not head:
             raise ChannelClosed("connection closed")
+        fds = _descriptors(ancillary) if ancillary else []
         if len(head) < _LENGTH.size:
             head = head + self._read(_LENGTH.size - len(head))
         (length,) = _LENGTH.unpack_from(head)
@@ -97,8 +113,8 @@ class Channel:
         if len(payload) > length:  # the peer did not take turns: a broken protocol
             raise ChannelClosed("a second message came before the first was answered")
         if len(payload) < length:
-            return pickle.loads(bytes(payload) + self._read(length - len(payload))), list(fds)
-        return pickle.loads(payload), list(fds)
+            return pickle.loads(bytes(payload) + self._read(length - len(payload))), fds
+        return pickle.loads(payload), fds
 
     def _read(self, count: int) -> bytes:
         chunks = []
@@ -182,11 +198,10 @@ class Arena:
         self, offset: int, tensor: Tensor, data: np.ndarray | bytes, nbytes: int
     ) -> TensorRef:
         if nbytes:
-            target = np.frombuffer(self._view, np.uint8, nbytes, offset)
-            if isinstance(data, np.ndarray):
-                target[:] = data.reshape(-1).view(np.uint8)
-            else:
-                target[:] = np.frombuffer(data, np.uint8)
+            # A memoryview copy: under half numpy's slice assignment's time. Through a
+            # uint8 view: some dtypes (ml_dtypes' bfloat16) export no buffer of their own.
+            source = data.reshape(-1).view(np.uint8).data if isinstance(data, np.ndarray) else data
+            self._view[offset : offset + nbytes] = source
         return (tensor.name, tensor.datatype.wire_name, tensor.shape, offset, nbytes)
 
     # ------------------------------------------------------------------ reading
@@ -200,8 +215,8 @@ class Arena:
             data = deserialize_bytes_tensor(raw_bytes, types.element_count(shape))
             data = data.reshape(shape)
         else:
-            raw = np.frombuffer(self._view, np.uint8, nbytes, offset)
-            data = raw.view(datatype.numpy_dtype).reshape(shape)
+            dtype = datatype.numpy_dtype
+            data = np.frombuffer(self._view, dtype, nbytes // dtype.itemsize, offset).reshape(shape)
             if copy:
                 data = data.copy()
             else:

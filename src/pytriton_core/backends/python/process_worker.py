@@ -122,6 +122,8 @@ class _Worker:
 
     def _metric_changes(self) -> list[MetricFamilySnapshot]:
         """The custom metric families that changed since last sent."""
+        if self._metrics.empty():  # most models have none: no snapshot per batch
+            return []
         with self._metrics_lock:
             changed = [
                 family
