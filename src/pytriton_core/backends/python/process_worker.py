@@ -162,11 +162,11 @@ class _Worker:
             self._inputs = Arena(fds[0], message["arena_size"])
         copy = self._decoupled  # a decoupled model may read its inputs after execute
         requests = []
-        for item in message["batch"]:
-            inputs = [self._inputs.read(ref, copy) for ref in item["inputs"]]
+        for header, key, refs in message["batch"]:
+            inputs = [self._inputs.read(ref, copy) for ref in refs]
             request = _WorkerRequest(
-                **request_fields(item, inputs),
-                key=item["key"],
+                **request_fields(header, inputs),
+                key=key,
                 writer=self._event_writer,
                 live=self._live if self._decoupled else None,
             )
