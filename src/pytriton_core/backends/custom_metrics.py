@@ -90,6 +90,10 @@ class MetricRegistry:
         self.lock = threading.Lock()
         self._families: dict[str, FamilyStore] = {}
 
+    def empty(self) -> bool:
+        """Whether no family was created yet (a lock-free look: families are never removed)."""
+        return not self._families
+
     def family(self, name: str, description: str, kind: MetricKind) -> FamilyStore:
         """The family of ``name``, created on first use (MetricKindConflict: other kind)."""
         with self.lock:

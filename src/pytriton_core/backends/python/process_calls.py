@@ -34,6 +34,7 @@ from pytriton_core.backends.python.process_transport import (
     Arena,
     Channel,
     ChannelClosed,
+    RequestHeader,
     ResponseWriter,
     build_response,
     request_fields,
@@ -216,7 +217,7 @@ class ServedCalls:
 
     # ---------------------------------------------------------------- requests
 
-    def _submit(self, call: int, header: dict[str, Any], tensors: list[Tensor]) -> None:
+    def _submit(self, call: int, header: RequestHeader, tensors: list[Tensor]) -> None:
         target: ModelKey | None = None
 
         def respond(response: InferenceResponse | None, final: bool) -> None:

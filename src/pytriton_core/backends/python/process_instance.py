@@ -41,6 +41,7 @@ from pytriton_core.backends.python.bls import Caller, InstanceWaits
 from pytriton_core.backends.python.process_calls import ServedCalls
 from pytriton_core.backends.python.process_transport import (
     Arena,
+    BatchItem,
     ChannelClosed,
     build_response,
     channel_pair,
@@ -182,12 +183,13 @@ class ProcessModel(BackendModel):
         # Batches start and finish on the server's loop (``ProcessInstance.begin``); a
         # decoupled model's batches stay on the instance's thread.
         self.loop_dispatch = not spec.decoupled
-        self._instances: list[ProcessInstance] = []
+        # Replaced whole under the lock, never changed in place: ``healthy`` (asked on
+        # each request) reads it without taking the lock.
+        self._instances: tuple[ProcessInstance, ...] = ()
         self._lock = threading.Lock()
 
     def healthy(self) -> bool:
-        with self._lock:
-            return all(instance.up for instance in self._instances)
+        return all(instance.up for instance in self._instances)
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         init = {
@@ -197,13 +199,12 @@ class ProcessModel(BackendModel):
         }
         instance = ProcessInstance(self, spec, init)
         with self._lock:
-            self._instances.append(instance)
+            self._instances = (*self._instances, instance)
         return instance
 
     def forget(self, instance: ProcessInstance) -> None:
         with self._lock:
-            if instance in self._instances:
-                self._instances.remove(instance)
+            self._instances = tuple(i for i in self._instances if i is not instance)
 
 
 class _Worker:
@@ -469,12 +470,10 @@ class ProcessInstance(BackendInstance):
         if self._model.decoupled:
             with worker.lock:
                 for item, request in zip(batch, requests, strict=True):
-                    worker.in_flight[item["key"]] = request
+                    worker.in_flight[item[1]] = request
         for item, request in zip(batch, requests, strict=True):
             if request.loop is not None:  # cancellation hooks are kept on the loop
-                request.loop.call_soon_threadsafe(
-                    request.on_cancel, _cancel_hook(worker, item["key"])
-                )
+                request.loop.call_soon_threadsafe(request.on_cancel, _cancel_hook(worker, item[1]))
         worker.executing_since = time.monotonic()
         try:
             worker.channel.send(
@@ -508,7 +507,7 @@ class ProcessInstance(BackendInstance):
             loop.add_reader(worker.channel.fileno(), self._on_answer, worker)
         batch, fds = self._place(worker, requests)
         for item, request in zip(batch, requests, strict=True):
-            request.on_cancel(_cancel_hook(worker, item["key"]))
+            request.on_cancel(_cancel_hook(worker, item[1]))
         worker.pending = (requests, timing, finished)
         worker.executing_since = time.monotonic()
         try:
@@ -555,8 +554,9 @@ class ProcessInstance(BackendInstance):
 
     def _place(
         self, worker: _Worker, requests: Sequence[InferenceRequest]
-    ) -> tuple[list[dict[str, Any]], list[int]]:
-        """Write the batch's inputs into the arena (grown first if they do not fit)."""
+    ) -> tuple[list[BatchItem], list[int]]:
+        """Write the batch's inputs into the arena (grown first if they do not fit); the
+        batch's items: each request's header, key and input tensors' places."""
         tensors = [t for r in requests for t in r.inputs.values()]
         encoded = [Arena.encoded(t) for t in tensors]
         offsets, end = layout([n for _, n in encoded], 0)
@@ -572,10 +572,9 @@ class ProcessInstance(BackendInstance):
         batch = []
         for request in requests:
             self._next_key += 1
-            header = request_header(request)
-            header["key"] = self._next_key
-            header["inputs"] = [next(refs) for _ in request.inputs]
-            batch.append(header)
+            batch.append(
+                (request_header(request), self._next_key, [next(refs) for _ in request.inputs])
+            )
         return batch, fds
 
 
@@ -624,7 +623,7 @@ def _responses(arena: Arena, message: dict[str, Any]) -> list[InferenceResponse 
         if header is None:
             built.append(None)
             continue
-        count = header["count"]
+        count = header[2]
         built.append(build_response(header, tensors[position : position + count]))
         position += count
     return built

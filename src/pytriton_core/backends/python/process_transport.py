@@ -19,6 +19,7 @@ overwrite data the server has not read.
 
 from __future__ import annotations
 
+import array
 import mmap
 import os
 import pickle
@@ -47,6 +48,19 @@ MIN_ARENA_BYTES = 1 << 20
 _ALTERNATING_READ = 16384  # a batch's or an answer's control message mostly fits
 
 
+_MAX_FDS = 8  # descriptors one message may carry (two at most are sent)
+_FDS_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
+
+
+def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors of ``SCM_RIGHTS`` ancillary data (as ``socket.recv_fds`` reads them)."""
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return list(fds)
+
+
 class ChannelClosed(Exception):
     """The other process went away (or closed its end)."""
 
@@ -71,25 +85,27 @@ class Channel:
 
     def send(self, message: Any, fds: Sequence[int] = ()) -> None:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        data = _LENGTH.pack(len(payload)) + payload
+        # One system call for the prefix, the payload and any descriptors (no joined copy);
+        # what a full socket buffer leaves over goes after it.
+        parts = [_LENGTH.pack(len(payload)), payload]
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         with self._send_lock:
             try:
-                if fds:
-                    sent = socket.send_fds(self._sock, [data], list(fds))
-                    data = data[sent:]
-                if data:
-                    self._sock.sendall(data)
+                sent = self._sock.sendmsg(parts, ancillary)
+                if sent < _LENGTH.size + len(payload):
+                    self._sock.sendall((parts[0] + payload)[sent:])
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
 
     def recv(self) -> tuple[Any, list[int]]:
         """The next message and the descriptors that came with it (the caller owns them)."""
         try:
-            head, fds, _flags, _addr = socket.recv_fds(self._sock, self._first_read, 8)
+            head, ancillary, _flags, _addr = self._sock.recvmsg(self._first_read, _FDS_SPACE)
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
         if not head:
             raise ChannelClosed("connection closed")
+        fds = _descriptors(ancillary) if ancillary else []
         if len(head) < _LENGTH.size:
             head = head + self._read(_LENGTH.size - len(head))
         (length,) = _LENGTH.unpack_from(head)
@@ -97,8 +113,8 @@ class Channel:
         if len(payload) > length:  # the peer did not take turns: a broken protocol
             raise ChannelClosed("a second message came before the first was answered")
         if len(payload) < length:
-            return pickle.loads(bytes(payload) + self._read(length - len(payload))), list(fds)
-        return pickle.loads(payload), list(fds)
+            return pickle.loads(bytes(payload) + self._read(length - len(payload))), fds
+        return pickle.loads(payload), fds
 
     def _read(self, count: int) -> bytes:
         chunks = []
@@ -152,12 +168,15 @@ class Arena:
         self.size = size
         self._map = mmap.mmap(fd, size)
         self._view = memoryview(self._map)
+        # Arrays over it are read-only views without a flag to set on each one.
+        self._readonly = self._view.toreadonly()
 
     @classmethod
     def create(cls, size: int) -> Arena:
         return cls(_shared_file(max(size, MIN_ARENA_BYTES)), max(size, MIN_ARENA_BYTES))
 
     def close(self) -> None:
+        self._readonly.release()
         self._view.release()
         try:
             self._map.close()
@@ -182,11 +201,10 @@ class Arena:
         self, offset: int, tensor: Tensor, data: np.ndarray | bytes, nbytes: int
     ) -> TensorRef:
         if nbytes:
-            target = np.frombuffer(self._view, np.uint8, nbytes, offset)
-            if isinstance(data, np.ndarray):
-                target[:] = data.reshape(-1).view(np.uint8)
-            else:
-                target[:] = np.frombuffer(data, np.uint8)
+            # A memoryview copy: under half numpy's slice assignment's time. Through a
+            # uint8 view: some dtypes (ml_dtypes' bfloat16) export no buffer of their own.
+            source = data.reshape(-1).view(np.uint8).data if isinstance(data, np.ndarray) else data
+            self._view[offset : offset + nbytes] = source
         return (tensor.name, tensor.datatype.wire_name, tensor.shape, offset, nbytes)
 
     # ------------------------------------------------------------------ reading
@@ -200,12 +218,11 @@ class Arena:
             data = deserialize_bytes_tensor(raw_bytes, types.element_count(shape))
             data = data.reshape(shape)
         else:
-            raw = np.frombuffer(self._view, np.uint8, nbytes, offset)
-            data = raw.view(datatype.numpy_dtype).reshape(shape)
+            dtype = datatype.numpy_dtype
+            count = nbytes // dtype.itemsize
+            data = np.frombuffer(self._readonly, dtype, count, offset).reshape(shape)
             if copy:
                 data = data.copy()
-            else:
-                data.flags.writeable = False
         return Tensor(name, datatype, data)
 
     # ---------------------------------------------------- the worker's counters
@@ -307,54 +324,63 @@ class ResponseWriter:
 # ------------------------------------------------------------- requests and responses
 
 
-def request_header(request: InferenceRequest) -> dict[str, Any]:
+# The headers below are plain tuples, not dicts: one crosses per request and per response,
+# and a tuple pickles and unpickles in half a dict's time (no key strings; measured on a
+# batch of one: 0.68 vs 1.33 µs to dump, 1.00 vs 1.87 µs to load).
+# model name, version, id, requested outputs, parameters, timeout, correlation id, flags
+RequestHeader = tuple[str, int, str, list[str] | None, dict[str, Any], int, int | str, int]
+BatchItem = tuple[RequestHeader, int, list[TensorRef]]  # one request of a batch: its key
+ResponseHeader = tuple[tuple[Any, str] | None, dict[str, Any], int]  # error, parameters, outputs
+
+
+def request_header(request: InferenceRequest) -> RequestHeader:
     """What a request is besides its tensors (``request_fields`` on the other side)."""
     requested = request.requested_outputs
-    return {
-        "model_name": request.model_name,
-        "model_version": request.model_version,
-        "id": request.id,
-        "requested": None if requested is None else list(requested),
-        "parameters": dict(request.parameters),
-        "timeout_us": request.timeout_us,
-        "correlation_id": request.correlation_id,
-        "flags": request.flags,
-    }
+    return (
+        request.model_name,
+        request.model_version,
+        request.id,
+        None if requested is None else list(requested),
+        dict(request.parameters),
+        request.timeout_us,
+        request.correlation_id,
+        request.flags,
+    )
 
 
-def request_fields(header: dict[str, Any], inputs: Sequence[Tensor]) -> dict[str, Any]:
+def request_fields(header: RequestHeader, inputs: Sequence[Tensor]) -> dict[str, Any]:
     """``InferenceRequest`` keyword arguments for a ``request_header`` and its inputs."""
-    requested = header["requested"]
+    name, version, request_id, requested, parameters, timeout_us, correlation_id, flags = header
     return {
-        "model_name": header["model_name"],
-        "model_version": header["model_version"],
-        "id": header["id"],
+        "model_name": name,
+        "model_version": version,
+        "id": request_id,
         "inputs": {tensor.name: tensor for tensor in inputs},
         "requested_outputs": None
         if requested is None
-        else {name: RequestedOutput(name) for name in requested},
-        "parameters": header["parameters"],
-        "timeout_us": header["timeout_us"],
-        "correlation_id": header["correlation_id"],
-        "flags": header["flags"],
+        else {output: RequestedOutput(output) for output in requested},
+        "parameters": parameters,
+        "timeout_us": timeout_us,
+        "correlation_id": correlation_id,
+        "flags": flags,
     }
 
 
-def response_header(response: InferenceResponse) -> dict[str, Any]:
+def response_header(response: InferenceResponse) -> ResponseHeader:
     """What a response is besides its tensors (``build_response`` on the other side)."""
     error = response.error
-    return {
-        "error": None if error is None else (error.code, error.message),
-        "parameters": dict(response.parameters),
-        "count": len(response.outputs),
-    }
+    return (
+        None if error is None else (error.code, error.message),
+        dict(response.parameters),
+        len(response.outputs),
+    )
 
 
-def build_response(header: dict[str, Any], outputs: list[Tensor]) -> InferenceResponse:
-    error = header["error"]
+def build_response(header: ResponseHeader, outputs: list[Tensor]) -> InferenceResponse:
+    error, parameters, _count = header
     return InferenceResponse(
         outputs=outputs,
-        parameters=header["parameters"],
+        parameters=parameters,
         error=None if error is None else ServerError.from_code(*error),
     )
 

@@ -122,6 +122,8 @@ class _Worker:
 
     def _metric_changes(self) -> list[MetricFamilySnapshot]:
         """The custom metric families that changed since last sent."""
+        if self._metrics.empty():  # most models have none: no snapshot per batch
+            return []
         with self._metrics_lock:
             changed = [
                 family
@@ -160,11 +162,11 @@ class _Worker:
             self._inputs = Arena(fds[0], message["arena_size"])
         copy = self._decoupled  # a decoupled model may read its inputs after execute
         requests = []
-        for item in message["batch"]:
-            inputs = [self._inputs.read(ref, copy) for ref in item["inputs"]]
+        for header, key, refs in message["batch"]:
+            inputs = [self._inputs.read(ref, copy) for ref in refs]
             request = _WorkerRequest(
-                **request_fields(item, inputs),
-                key=item["key"],
+                **request_fields(header, inputs),
+                key=key,
                 writer=self._event_writer,
                 live=self._live if self._decoupled else None,
             )

@@ -1,0 +1,128 @@
+"""What crosses between the server and a process-mode worker (``process_transport``): every
+datatype through an arena and back, and control messages over a real socket pair, with and
+without descriptors, small (one read) and large (read on past the first chunk)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from pytriton_core import types
+from pytriton_core.backends.python.process_transport import (
+    Arena,
+    Channel,
+    ChannelClosed,
+    build_response,
+    channel_pair,
+    layout,
+    request_fields,
+    request_header,
+    response_header,
+)
+from pytriton_core.errors import InvalidArgumentError
+from pytriton_core.inference.request import InferenceRequest, RequestedOutput
+from pytriton_core.inference.response import InferenceResponse
+from pytriton_core.inference.tensor import Tensor
+
+
+def _sample(datatype: types.DataType) -> np.ndarray:
+    if datatype.is_bytes:
+        return np.array([b"a", b"", b"\x00bc"], dtype=object).reshape(3, 1)
+    return np.arange(6).astype(datatype.numpy_dtype).reshape(2, 3)
+
+
+@pytest.mark.parametrize("datatype", types.DATATYPES, ids=lambda d: d.wire_name)
+@pytest.mark.parametrize("copy", [False, True])
+def test_every_datatype_crosses_an_arena_unchanged(datatype: types.DataType, copy: bool) -> None:
+    arena = Arena.create(0)
+    try:
+        tensor = Tensor("T", datatype, _sample(datatype))
+        data, nbytes = Arena.encoded(tensor)
+        (offset,), _end = layout([nbytes], 64)
+        read = arena.read(arena.write(offset, tensor, data, nbytes), copy)
+        assert read.datatype is datatype
+        assert read.data.shape == tensor.data.shape
+        assert read.data.tolist() == tensor.data.tolist()
+        if not datatype.is_bytes:
+            assert read.data.dtype == datatype.numpy_dtype
+            # A view over the arena is read-only; a copy is the caller's own.
+            assert read.data.flags.writeable is copy
+        del read
+    finally:
+        arena.close()
+
+
+def _pair() -> tuple[Channel, Channel]:
+    ours, theirs = channel_pair(alternating=True)
+    return ours, Channel(theirs, alternating=True)
+
+
+@pytest.mark.parametrize("size", [10, 100_000])  # within one read, and past it
+def test_messages_and_descriptors_cross_a_socket_pair(size: int) -> None:
+    ours, theirs = _pair()
+    read_end, write_end = os.pipe()
+    try:
+        ours.send({"kind": "execute", "blob": b"x" * size}, [write_end])
+        message, fds = theirs.recv()
+        assert message == {"kind": "execute", "blob": b"x" * size}
+        assert len(fds) == 1
+        os.write(fds[0], b"!")  # the descriptor received is the pipe's write end
+        os.close(fds[0])
+        assert os.read(read_end, 1) == b"!"
+        theirs.send(("done", size))
+        assert ours.recv() == (("done", size), [])
+    finally:
+        for fd in (read_end, write_end):
+            os.close(fd)
+        ours.close()
+        theirs.close()
+
+
+def test_a_closed_peer_is_channel_closed() -> None:
+    ours, theirs = _pair()
+    theirs.close()
+    with pytest.raises(ChannelClosed):
+        ours.recv()
+    ours.close()
+
+
+def test_a_second_message_before_the_answer_breaks_an_alternating_channel() -> None:
+    ours, theirs = _pair()
+    ours.send("one")
+    ours.send("two")  # both wait in the socket: one read takes them together
+    with pytest.raises(ChannelClosed, match="second message"):
+        theirs.recv()
+    ours.close()
+    theirs.close()
+
+
+def test_request_and_response_headers_round_trip() -> None:
+    tensor = Tensor("IN", types.BY_WIRE_NAME["FP32"], np.zeros(2, np.float32))
+    request = InferenceRequest(
+        model_name="m",
+        model_version=3,
+        id="r1",
+        inputs={"IN": tensor},
+        requested_outputs={"OUT": RequestedOutput("OUT")},
+        parameters={"p": 1},
+        timeout_us=5,
+        correlation_id="seq",
+        flags=1,
+    )
+    again = InferenceRequest(**request_fields(request_header(request), [tensor]))
+    for name in ("model_name", "model_version", "id", "parameters", "timeout_us", "flags"):
+        assert getattr(again, name) == getattr(request, name)
+    assert again.correlation_id == "seq"
+    assert list(again.inputs) == ["IN"]
+    assert again.requested_outputs is not None and list(again.requested_outputs) == ["OUT"]
+
+    error = InvalidArgumentError("bad")
+    rebuilt = build_response(response_header(InferenceResponse.failed(error)), [])
+    assert rebuilt.error is not None
+    assert (rebuilt.error.code, rebuilt.error.message) == (error.code, "bad")
+    ok = InferenceResponse(outputs=[tensor], parameters={"q": "v"})
+    header = response_header(ok)
+    assert header[2] == 1
+    assert build_response(header, [tensor]).parameters == {"q": "v"}
