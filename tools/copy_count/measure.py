@@ -6,7 +6,8 @@ Starts the server on identity_fp32 (examples/model_repository) with ``memcount.s
 preloaded (built here with cc on first use), sends sequential requests with the real
 tritonclient over HTTP binary, gRPC raw contents, and system shared memory (HTTP and gRPC),
 and prints per request: the bytes its memcpy/memmove calls of 4 KiB or more moved, as a
-multiple of the tensor's size, and the CPU time of the server's process tree. The kernel's
+multiple of the tensor's size, and the CPU time and minor page faults of the server's
+process tree. The kernel's
 own socket copies are not counted; every user-space copy of tensor data is.
 """
 
@@ -74,15 +75,17 @@ class _Server:
             stderr=(workdir / "server.log").open("w"),
         )
 
-    def cpu_s(self) -> float:
+    def usage(self) -> tuple[float, int]:
+        """CPU seconds and minor page faults of the server's process tree so far."""
         children = subprocess.run(
             ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True
         ).stdout.split()
-        total = 0
+        ticks = faults = 0
         for pid in [self.process.pid, *map(int, children)]:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime + stime, in ticks
-        return total / os.sysconf("SC_CLK_TCK")
+            faults += int(fields[7])  # minflt
+            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+        return ticks / os.sysconf("SC_CLK_TCK"), faults
 
     def copied(self) -> tuple[int, int]:
         """The (bytes, calls) counted since the last call; resets them."""
@@ -102,15 +105,16 @@ def _measure(
     for _ in range(10):
         call()
     server.copied()
-    cpu = server.cpu_s()
+    cpu, faults = server.usage()
     for _ in range(requests):
         call()
-    cpu = server.cpu_s() - cpu
+    cpu_after, faults_after = server.usage()
+    cpu, faults = cpu_after - cpu, faults_after - faults
     copied, calls = server.copied()
     print(
         f"{label:9s} {tensor_bytes >> 10:5d} KiB  copied {copied / requests / tensor_bytes:4.2f}x "
         f"the tensor in {calls / requests:5.1f} calls; server CPU "
-        f"{1e6 * cpu / requests:6.0f} us per request",
+        f"{1e6 * cpu / requests:6.0f} us and {faults / requests:5.1f} page faults per request",
         flush=True,
     )
 
