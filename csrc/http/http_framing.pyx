@@ -8,9 +8,15 @@ message and nothing else. Per connection::
     parser = httptools.HttpRequestParser(assembler)
     assembler.attach(parser)
     ...
-    parser.feed_data(data)            # may complete 0, 1 or several (pipelined) requests
+    assembler.feed(data)              # may complete 0, 1 or several (pipelined) requests
     for request in assembler.drain():
         ...
+
+``feed`` drives the parser: a Content-Length body of ``direct_body_min`` bytes or more is
+copied once, from the received bytes straight into the request's body, instead of through
+llhttp's ``on_body`` (which httptools hands over as a new bytes object per chunk: one more
+copy of every byte). The parser that was left inside that body is then replaced by a new
+one for the bytes after it, as after an ``Upgrade`` offer.
 
 An exception raised by a callback does not reach ``feed_data``'s caller as itself:
 httptools parks it, fails the parse, and raises ``httptools.HttpParserCallbackError`` with
@@ -28,7 +34,12 @@ from cpython.bytes cimport (
 from cpython.unicode cimport PyUnicode_DecodeLatin1, PyUnicode_DecodeUTF8
 from libc.string cimport memchr, memcpy
 
-from httptools import HttpParserCallbackError, parse_url
+from httptools import HttpParserCallbackError, HttpParserUpgrade, parse_url
+
+
+cdef extern from "<string.h>":
+    void* memmem(const void* haystack, size_t haystack_len, const void* needle,
+                 size_t needle_len) nogil
 
 
 cdef extern from "<strings.h>":
@@ -36,6 +47,9 @@ cdef extern from "<strings.h>":
 
 DEFAULT_MAX_BODY_SIZE = (1 << 26) + (1 << 16)  # Triton's 64 MiB input limit + framing slack
 DEFAULT_MAX_HEAD_SIZE = 1 << 16
+# Smaller bodies go through the parser: a second feed_data per request would cost more than
+# the copy it saves.
+DEFAULT_DIRECT_BODY_MIN = 1 << 14
 
 
 class FramingError(Exception):
@@ -175,6 +189,7 @@ cdef class RequestAssembler:
     cdef object _should_keep_alive
     cdef readonly Py_ssize_t max_body_size
     cdef readonly Py_ssize_t max_head_size
+    cdef readonly Py_ssize_t direct_body_min
     cdef list _completed
 
     # The message being assembled (reset by on_message_begin).
@@ -192,19 +207,23 @@ cdef class RequestAssembler:
     cdef Py_ssize_t _body_size
     cdef Py_ssize_t _content_length  # -1 without a Content-Length header
     cdef bint _expect_continue
-    # An Upgrade offer with a Content-Length: llhttp ends the message at its headers and
-    # hands the body over as the upgraded protocol's bytes; the server does not switch, so
-    # the protocol passes those bytes back here (feed_upgrade_body) to finish the request.
-    cdef bint _awaiting_upgrade_body
-    cdef bint _upgrade_keep_alive  # the offer's, read while its parser still had it
-    cdef str _upgrade_version
+    # The rest of the body is taken by ``feed`` itself, not through the parser: a large
+    # Content-Length body, or an Upgrade offer's (llhttp ends that message at its headers
+    # and hands the body over as the upgraded protocol's bytes; the server does not switch).
+    cdef bint _awaiting_body
+    cdef bint _held_keep_alive  # the message's, read while its parser still had it
+    cdef str _held_version
 
     def __init__(self, Py_ssize_t max_body_size=DEFAULT_MAX_BODY_SIZE,
-                 Py_ssize_t max_head_size=DEFAULT_MAX_HEAD_SIZE):
+                 Py_ssize_t max_head_size=DEFAULT_MAX_HEAD_SIZE,
+                 Py_ssize_t direct_body_min=DEFAULT_DIRECT_BODY_MIN):
         if max_body_size < 0 or max_head_size < 0:
             raise ValueError("size limits must be non-negative")
+        if direct_body_min < 1:
+            raise ValueError("direct_body_min must be at least 1")
         self.max_body_size = max_body_size
         self.max_head_size = max_head_size
+        self.direct_body_min = direct_body_min
         self._completed = []
         self._reset()
 
@@ -252,7 +271,7 @@ cdef class RequestAssembler:
         self._body_size = 0
         self._content_length = -1
         self._expect_continue = False
-        self._awaiting_upgrade_body = False
+        self._awaiting_body = False
         return 0
 
     cdef int _add_head_bytes(self, Py_ssize_t size) except -1:
@@ -357,27 +376,86 @@ cdef class RequestAssembler:
     def on_message_complete(self):
         if self._content_length >= 0 and self._body_size != self._content_length:
             if "upgrade" in self._headers:
-                self._awaiting_upgrade_body = True
-                self._upgrade_keep_alive = self._should_keep_alive()
-                self._upgrade_version = self._get_http_version()
+                self._awaiting_body = True
+                self._held_keep_alive = self._should_keep_alive()
+                self._held_version = self._get_http_version()
                 return
             raise FramingError("body shorter than its Content-Length")
         self._complete(self._should_keep_alive(), self._get_http_version())
 
-    @property
-    def awaiting_upgrade_body(self):
-        """Whether an Upgrade offer's body is still to come through feed_upgrade_body."""
-        return self._awaiting_upgrade_body
+    def feed(self, bytes data not None):
+        """Parse ``data``: requests completed by it go to ``drain()``. Raises what the
+        parser's ``feed_data`` raises (``httptools.HttpParserError``), after the requests
+        completed before the bad bytes. An ``Upgrade`` offer completes its request like any
+        other; the server does not switch protocols, so parsing goes on in HTTP/1.1 with a
+        new parser from the first byte after that request."""
+        cdef const char* p = PyBytes_AS_STRING(data)
+        cdef Py_ssize_t start = 0, stop, end = PyBytes_GET_SIZE(data)
+        # At most one cut at a head's end per large piece of data: pipelined small
+        # requests are not fed one by one (where the cut falls never changes the result).
+        cdef bint cut = end >= self.direct_body_min
+        cdef const char* head_end
+        if self._parser is None:
+            raise RuntimeError("RequestAssembler.attach(parser) was not called")
+        view = None
+        while start < end:
+            if self._awaiting_body:
+                start += self._take_body(p + start, end - start)
+                if not self._awaiting_body:  # the old parser stopped inside that body
+                    self._renew_parser()
+                    cut = end - start >= self.direct_body_min
+                continue
+            stop = end
+            if cut:
+                cut = False
+                head_end = <const char*>memmem(p + start, end - start, b"\r\n\r\n", 4)
+                if head_end != NULL:
+                    stop = head_end - p + 4
+            if start == 0 and stop == end:
+                piece = data
+            else:
+                if view is None:
+                    view = memoryview(data)
+                piece = view[start:stop]
+            try:
+                self._parser.feed_data(piece)
+            except HttpParserUpgrade as upgrade:
+                start += upgrade.args[0] if upgrade.args else stop - start
+                self._renew_parser()
+                continue
+            start = stop
+            self._take_body_directly()
 
-    def feed_upgrade_body(self, bytes data):
-        """Take the body of an Upgrade offer from ``data``; returns the bytes taken (the
-        rest is the next request). Completes the request once its body is whole."""
-        if not self._awaiting_upgrade_body:
-            raise RuntimeError("no Upgrade offer is waiting for its body")
-        cdef Py_ssize_t take = min(len(data), self._content_length - self._body_size)
-        self.on_body(data[:take])
+    cdef int _renew_parser(self) except -1:
+        parser = type(self._parser)(self)
+        self.detach()
+        self.attach(parser)
+        return 0
+
+    cdef int _take_body_directly(self) except -1:
+        """After a feed that ended inside a large Content-Length body: take the rest of it
+        in ``feed``. Only for a keep-alive request: after one that closes the connection
+        llhttp refuses further bytes, which a new parser would read as a request."""
+        if (not self._headers_done or self._body is None or self._content_length < 0
+                or self._content_length - self._body_size < self.direct_body_min):
+            return 0
+        if not self._should_keep_alive():
+            return 0
+        self._held_keep_alive = True
+        self._held_version = self._get_http_version()
+        self._awaiting_body = True
+        return 0
+
+    cdef Py_ssize_t _take_body(self, const char* data, Py_ssize_t size) except -1:
+        """Copy what ``data`` holds of the awaited body; completes the request once the body
+        is whole. Returns the bytes taken (the rest is the next request)."""
+        cdef Py_ssize_t take = min(size, self._content_length - self._body_size)
+        if take > 0:
+            self._expect_continue = False
+            memcpy(PyByteArray_AS_STRING(self._body) + self._body_size, data, take)
+            self._body_size += take
         if self._body_size == self._content_length:
-            self._complete(self._upgrade_keep_alive, self._upgrade_version)
+            self._complete(self._held_keep_alive, self._held_version)
         return take
 
     cdef int _complete(self, bint keep_alive, str http_version) except -1:
@@ -395,7 +473,7 @@ cdef class RequestAssembler:
         # on_message_begin sets up the next message.
         self._raw_headers = self._headers = self._repeated = None
         self._url = self._url_parts = self._body = None
-        self._awaiting_upgrade_body = False
+        self._awaiting_body = False
         return 0
 
 

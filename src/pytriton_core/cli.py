@@ -28,6 +28,7 @@ from pytriton_core.cli_workers import (
 )
 from pytriton_core.errors import ServerError
 from pytriton_core.logging_settings import LogControl
+from pytriton_core.memory.allocator import keep_freed_tensor_memory
 from pytriton_core.options import (
     OPENAI_EXAMPLE_MODELS,
     CompressionLevel,
@@ -350,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seat = (
         None if args.worker_board is None else WorkerSeat.take(args.worker_board, args.worker_index)
     )
+    keep_freed_tensor_memory()  # before the first request's buffers (memory/allocator.py)
     runtime = ServerRuntime(options, seat)
     runtime.log_control.install()  # the root logger: Triton's layout, --log-* settings
     pool_size = args.grpc_option_infer_allocation_pool_size

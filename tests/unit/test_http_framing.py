@@ -3,6 +3,7 @@ as the oracles."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 from typing import Any
@@ -545,3 +546,93 @@ def test_response_head_refuses_bad_input(kwargs: dict[str, Any], error: type[Exc
     }
     with pytest.raises(error):
         build_response_head(**arguments)
+
+
+# --- feed: large bodies taken straight from the received bytes ------------------------------
+
+
+def _post(body: bytes, *headers: bytes) -> bytes:
+    head = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n" + b"".join(
+        h + b"\r\n" for h in headers
+    )
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _fed(stream: bytes, cuts: list[int], direct_body_min: int) -> list[tuple[Any, ...]]:
+    assembler = RequestAssembler(direct_body_min=direct_body_min)
+    assembler.attach(httptools.HttpRequestParser(assembler))
+    bounds = [0, *cuts, len(stream)]
+    out: list[tuple[Any, ...]] = []
+    for a, b in itertools.pairwise(bounds):
+        assembler.feed(stream[a:b])
+        out.extend(fields(r) for r in assembler.drain())
+    return out
+
+
+BIG = bytes(range(256)) * 300  # 76,800 bytes, no blank line in them
+BIG_WITH_BLANK_LINE = b"x" * 20000 + b"\r\n\r\nGET / HTTP/1.1\r\n\r\n" + b"y" * 20000
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("direct_body_min", [1, 7, 1 << 14])
+def test_feed_takes_bodies_directly_with_the_parsers_result(
+    seed: int, direct_body_min: int
+) -> None:
+    stream = (
+        _post(BIG)
+        + HEALTH
+        + _post(BIG_WITH_BLANK_LINE)
+        + INFER
+        + CHUNKED
+        + _post(b"small")
+        + _post(BIG)
+    )
+    reference = Connection().feed(stream)  # the parser alone: every body through on_body
+    assert [bytes(r.body) for r in reference][:3] == [BIG, b"", BIG_WITH_BLANK_LINE]
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(stream)), 12)) if seed else []
+    assert _fed(stream, cuts, direct_body_min) == [fields(r) for r in reference]
+
+
+def test_feed_after_a_closing_request_refuses_as_the_parser_does() -> None:
+    stream = _post(BIG, b"Connection: close") + HEALTH
+    with pytest.raises(httptools.HttpParserError):
+        Connection().feed(stream)
+    assembler = RequestAssembler(direct_body_min=1)
+    assembler.attach(httptools.HttpRequestParser(assembler))
+    with pytest.raises(httptools.HttpParserError):
+        assembler.feed(stream)
+    (request,) = assembler.drain()
+    assert bytes(request.body) == BIG and not request.keep_alive
+
+
+def test_feed_finishes_an_upgrade_offers_body_and_goes_on_in_http11() -> None:
+    offer = _post(BIG, b"Connection: upgrade", b"Upgrade: h2c")
+    assembler = RequestAssembler()
+    assembler.attach(httptools.HttpRequestParser(assembler))
+    assembler.feed(offer[:100])
+    assembler.feed(offer[100:] + HEALTH)
+    first, second = assembler.drain()
+    assert bytes(first.body) == BIG and first.headers["upgrade"] == "h2c"
+    assert second.path == "/v2/health/ready"
+
+
+def test_feed_takes_a_body_that_arrives_after_its_head_and_clears_expect_continue() -> None:
+    request = _post(BIG, b"Expect: 100-continue")
+    head_end = request.index(b"\r\n\r\n") + 4
+    assembler = RequestAssembler()
+    assembler.attach(httptools.HttpRequestParser(assembler))
+    assembler.feed(request[:head_end])
+    assert assembler.take_expect_continue()
+    assembler.feed(request[head_end : head_end + 5000])
+    assert not assembler.take_expect_continue() and not assembler.drain()
+    assembler.feed(request[head_end + 5000 :])
+    (done,) = assembler.drain()
+    assert bytes(done.body) == BIG and done.keep_alive
+
+
+def test_feed_needs_an_attached_parser_and_direct_body_min_is_positive() -> None:
+    with pytest.raises(RuntimeError):
+        RequestAssembler().feed(HEALTH)
+    with pytest.raises(ValueError):
+        RequestAssembler(direct_body_min=0)

@@ -1,8 +1,9 @@
 """Fuzz HTTP framing and request assembly (httptools + the compiled RequestAssembler).
 
-Oracle: the requests assembled from the bytes in one piece equal those assembled from the
-same bytes cut anywhere (Triton 2.51 mis-assembles a request line that arrives in pieces),
-and a refusal is the same refusal at the same request.
+Oracle: the requests assembled from the bytes in one piece by the parser alone equal those
+assembled when ``feed`` takes bodies itself, from the whole bytes and from the same bytes cut
+anywhere (Triton 2.51 mis-assembles a request line that arrives in pieces), and a refusal is
+the same refusal at the same request.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ with instrumentation.imports(SUBJECT):
 
 MAX_BODY = 4096
 MAX_HEAD = 1024
+PARSER_ONLY = MAX_BODY + 1  # no body reaches it: every one goes through on_body
 
 
-def assemble(data: bytes, cuts: list[int]) -> list[object]:
-    """Requests (and the refusal that ended them) from ``data`` fed in pieces; Upgrade
-    offers continue in HTTP/1.1 with a new parser, as the server does."""
-    assembler = RequestAssembler(MAX_BODY, MAX_HEAD)
-    parser = httptools.HttpRequestParser(assembler)
-    assembler.attach(parser)
+def assemble(data: bytes, cuts: list[int], direct_body_min: int) -> list[object]:
+    """Requests (and the refusal that ended them) from ``data`` fed in pieces, as the
+    server feeds them (``direct_body_min``: bodies from that size are taken by ``feed``)."""
+    assembler = RequestAssembler(MAX_BODY, MAX_HEAD, direct_body_min)
+    assembler.attach(httptools.HttpRequestParser(assembler))
     out: list[object] = []
     pieces, start = [], 0
     for cut in sorted(cuts):
@@ -40,19 +41,7 @@ def assemble(data: bytes, cuts: list[int]) -> list[object]:
     pieces.append(data[start:])
     try:
         for piece in pieces:
-            while piece:
-                if assembler.awaiting_upgrade_body:
-                    piece = piece[assembler.feed_upgrade_body(piece) :]
-                    continue
-                try:
-                    parser.feed_data(piece)
-                    piece = b""
-                except httptools.HttpParserUpgrade as upgrade:
-                    offset = upgrade.args[0] if upgrade.args else len(piece)
-                    assembler.detach()
-                    parser = httptools.HttpRequestParser(assembler)
-                    assembler.attach(parser)
-                    piece = piece[offset:]
+            assembler.feed(piece)
             out.extend(_summary(r) for r in assembler.drain())
     except httptools.HttpParserError as exc:
         out.extend(_summary(r) for r in assembler.drain())
@@ -79,13 +68,17 @@ def _summary(request: object) -> tuple[object, ...]:
 def test_one_input(data: bytes) -> None:
     provider = atheris.FuzzedDataProvider(data)
     cuts = [provider.ConsumeIntInRange(0, 512) for _ in range(provider.ConsumeIntInRange(0, 8))]
+    provider_min = provider.ConsumeIntInRange(0, 63)
     payload = provider.ConsumeBytes(provider.remaining_bytes())
-    whole = assemble(payload, [])
+    # The parser alone (no body taken directly) is the reference.
+    whole = assemble(payload, [], PARSER_ONLY)
     for request in whole:
         if request[0] != "refused":
             assert len(request[4]) <= MAX_BODY  # type: ignore[arg-type]
+    direct = assemble(payload, [], 1)
+    assert whole == direct, (whole, direct)
     if cuts:
-        pieces = assemble(payload, cuts)
+        pieces = assemble(payload, cuts, 1 + provider_min)
         assert whole == pieces, (whole, pieces, cuts)
 
 

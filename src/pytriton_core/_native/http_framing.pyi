@@ -27,6 +27,7 @@ import httptools
 
 DEFAULT_MAX_BODY_SIZE: Final[int]  # 64 MiB (Triton's --http-max-input-size) + 64 KiB
 DEFAULT_MAX_HEAD_SIZE: Final[int]  # 64 KiB of request target + headers
+DEFAULT_DIRECT_BODY_MIN: Final[int]  # 16 KiB: smaller bodies go through the parser
 KNOWN_HEADERS: Final[tuple[str, ...]]
 """The lower-case header names kept in ``HttpRequest.headers``: content-length,
 inference-header-content-length, content-encoding, accept-encoding, connection,
@@ -100,17 +101,21 @@ class HttpRequest:
 class RequestAssembler:
     """The httptools callback object of one connection: collects complete requests.
 
-    A body with Content-Length is copied once into a preallocated bytearray; a chunked
-    one grows geometrically. Request-line and header sizes are bounded by
-    ``max_head_size`` as the pieces reach the callbacks (httptools itself buffers one
-    header line before calling ``on_header``).
+    A body with Content-Length is copied once into a preallocated bytearray (by ``feed``
+    from the received bytes when it is large); a chunked one grows geometrically.
+    Request-line and header sizes are bounded by ``max_head_size`` as the pieces reach the
+    callbacks (httptools itself buffers one header line before calling ``on_header``).
     """
 
     @property
     def max_body_size(self) -> int: ...
     @property
     def max_head_size(self) -> int: ...
-    def __init__(self, max_body_size: int = ..., max_head_size: int = ...) -> None: ...
+    @property
+    def direct_body_min(self) -> int: ...
+    def __init__(
+        self, max_body_size: int = ..., max_head_size: int = ..., direct_body_min: int = ...
+    ) -> None: ...
     def attach(self, parser: httptools.HttpRequestParser) -> None:
         """The parser that calls this assembler (for method, version and keep-alive).
         Required before the first ``feed_data``; the two reference each other until
@@ -122,13 +127,14 @@ class RequestAssembler:
     def take_expect_continue(self) -> bool:
         """True once for an HTTP/1.1 request with ``Expect: 100-continue`` whose body has
         not started: the protocol writes ``HTTP/1.1 100 Continue\\r\\n\\r\\n``."""
-    @property
-    def awaiting_upgrade_body(self) -> bool:
-        """An ``Upgrade`` offer with a Content-Length ended at its headers (llhttp hands its
-        body over as upgraded bytes): pass the bytes after it to ``feed_upgrade_body``."""
-    def feed_upgrade_body(self, data: bytes) -> int:
-        """Take that body from ``data``; returns how many bytes it took (the rest is the
-        next request); the request completes once its body is whole."""
+    def feed(self, data: bytes) -> None:
+        """Parse ``data`` with the attached parser: completed requests go to ``drain()``;
+        raises ``httptools.HttpParserError`` as ``feed_data`` does (after the requests
+        completed before the bad bytes). A keep-alive request's Content-Length body of
+        ``direct_body_min`` bytes or more is copied once, straight from ``data`` into its
+        bytearray (not through ``on_body``, which copies each chunk into bytes first); the
+        parser left inside it, or one that met an ``Upgrade`` offer, is replaced by a new
+        one (same class) for what follows, in HTTP/1.1."""
     # httptools callbacks
     def on_message_begin(self) -> None: ...
     def on_url(self, url: bytes) -> None: ...

@@ -171,8 +171,7 @@ class HttpProtocol(asyncio.Protocol):
         self._limits = limits = limits if limits is not None else LimitOptions()
         self._max_pipelined = limits.http_max_pipelined_requests
         self._assembler = RequestAssembler(max_body_size, limits.http_max_header_size)
-        self._parser = httptools.HttpRequestParser(self._assembler)
-        self._assembler.attach(self._parser)
+        self._assembler.attach(httptools.HttpRequestParser(self._assembler))
         self._transport: asyncio.Transport | None = None
         # Each parsed request with when its first bytes and its last bytes arrived (ns).
         self._pending: deque[tuple[HttpRequest | _BrokenStream, int, int]] = deque()
@@ -261,7 +260,7 @@ class HttpProtocol(asyncio.Protocol):
             self._receiving_since = now
         failure: _BrokenStream | None = None
         try:
-            self._feed(data)
+            self._assembler.feed(data)
         except MemoryError:
             failure = _BrokenStream(503, _OUT_OF_MEMORY)
         except httptools.HttpParserError as exc:
@@ -288,24 +287,6 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self._update_reading()
         self._start_next()
-
-    def _feed(self, data: bytes) -> None:
-        """Parse ``data``. An ``Upgrade`` offer completes its request like any other; the
-        server does not switch protocols, so parsing goes on in HTTP/1.1 with a new parser
-        from the first byte after that request."""
-        while data:
-            if self._assembler.awaiting_upgrade_body:  # the offer's own body comes first
-                data = data[self._assembler.feed_upgrade_body(data) :]
-                continue
-            try:
-                self._parser.feed_data(data)
-                return
-            except httptools.HttpParserUpgrade as upgrade:
-                offset = upgrade.args[0] if upgrade.args else len(data)
-                self._assembler.detach()
-                self._parser = httptools.HttpRequestParser(self._assembler)
-                self._assembler.attach(self._parser)
-                data = data[offset:]
 
     def _update_reading(self) -> None:
         """Read while little waits here and the client drains its answers; else pause."""
