@@ -246,11 +246,14 @@ def test_clients_that_leave_mid_request_or_mid_response(
         with connect(server) as sock:  # the whole request, then gone before the answer
             sock.sendall(_infer_head("identity", body, len(body)))
             sock.recv(1024)
+    # 32 MiB each way: no server answers that within the 1 ms deadline, whereas
+    # a 1 MiB identity answer now can (it did once, on a CI machine).
+    large = np.arange(1 << 23, dtype=np.float32)
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     try:  # a gRPC client whose deadline passes while its large answer is being sent
         for _ in range(5):
             with pytest.raises(InferenceServerException):
-                grpc.infer("identity", [fp32_input(grpcclient, values)], client_timeout=0.001)
+                grpc.infer("identity", [fp32_input(grpcclient, large)], client_timeout=0.001)
         _exact(grpc, grpcclient, "identity", values)
     finally:
         grpc.close()
