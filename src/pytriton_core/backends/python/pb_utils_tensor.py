@@ -288,7 +288,8 @@ class Tensor:
 
         Object, ``S`` and ``U`` arrays become BYTES; ``ml_dtypes.bfloat16`` arrays BF16.
         """
-        _check_name(name)
+        if type(name) is not str or not name:
+            _check_name(name)
         array = numpy_array if isinstance(numpy_array, np.ndarray) else np.asarray(numpy_array)
         datatype = types.from_numpy(array.dtype)
         if datatype is None:
