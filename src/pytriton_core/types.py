@@ -5,7 +5,7 @@ Config enum name (``TYPE_FP32``) ↔ wire name (``FP32``) ↔ numpy dtype ↔ el
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -18,10 +18,11 @@ class DataType:
     config_value: int  # 11: the ModelConfig enum value
     numpy_dtype: np.dtype  # object for BYTES
     itemsize: int  # 0 for BYTES (variable-size elements)
+    # A field, not a property: every tensor of every request asks it.
+    is_bytes: bool = field(init=False)
 
-    @property
-    def is_bytes(self) -> bool:
-        return self.wire_name == "BYTES"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_bytes", self.wire_name == "BYTES")
 
 
 def _row(wire: str, config: str, value: int, dtype: object, size: int) -> DataType:

@@ -52,11 +52,12 @@ class ServerCalls(Protocol):
         take it, ``refused`` gets the error there instead."""
         ...
 
-    def execute_direct(self, request: InferenceRequest) -> bool:
+    def execute_direct(self, request: InferenceRequest, inline: bool) -> bool:
         """For a caller that blocks until the answer: execute ``request`` on the calling
         thread if the model it names can run it at once (runtime/model.py
         ``execute_direct``), answering before this returns; False when it must be
-        submitted instead. Raises the ServerError the model refuses it with."""
+        submitted instead. ``inline``: the caller runs in an ``InlineExecution`` (on the
+        server's loop). Raises the ServerError the model refuses it with."""
         ...
 
     def cancel(self, request: InferenceRequest) -> None:

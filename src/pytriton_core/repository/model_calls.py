@@ -93,10 +93,10 @@ class InProcessCalls:
         _refuse_on_loop(self._loop)
         self._loop.call_soon_threadsafe(submit_on_loop)
 
-    def execute_direct(self, request: InferenceRequest) -> bool:
-        # An inline execution runs on the loop (and the test is cheaper than asking
-        # asyncio, which costs a getpid system call there).
-        on_loop = current_inline() is not None
+    def execute_direct(self, request: InferenceRequest, inline: bool) -> bool:
+        # An inline execution (``inline``, the caller's word) runs on the loop (and the
+        # test is cheaper than asking asyncio, which costs a getpid system call there).
+        on_loop = inline
         if not on_loop and _on_loop(self._loop):
             return False  # ``submit`` refuses it
         # The manager's tables may be read from any thread (see ``model_spec``).

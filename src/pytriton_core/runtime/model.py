@@ -25,7 +25,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from google.protobuf.message import Message
@@ -354,20 +354,25 @@ class Model:
         if request.trace is not None:
             _trace_compute(request, timing)
         # On the loop the statistics are counted now, before the response goes.
-        schedule = _call_now if on_loop else self._defer_counts
         if isinstance(responses, ServerError):
-            schedule(self._count_failed_execution, [request], responses, end_ns)
+            if on_loop:
+                self._count_failed_execution([request], responses, end_ns)
+            else:
+                self._defer_counts(self._count_failed_execution, [request], responses, end_ns)
             request.deliver(InferenceResponse.failed(responses), True)
             return True
         timing.end_ns = end_ns
-        kept = retained.get(0)
+        kept = retained.get(0) if retained else None
         assert not isinstance(kept, Requeued)  # the default scheduler re-queues nothing
         response = responses[0]
         if kept is not None:
             response = InferenceResponse.failed(kept)
-        schedule(
-            self._count_direct, request, timing, end_ns, kept is not None, response is not None
-        )
+        if on_loop:
+            self._count_direct(request, timing, end_ns, kept is not None, response is not None)
+        else:
+            self._defer_counts(
+                self._count_direct, request, timing, end_ns, kept is not None, response is not None
+            )
         if response is None:  # answered through its response sender
             return True
         if response.error is None:
@@ -747,8 +752,3 @@ def _trace_compute(request: InferenceRequest, timing: ComputeTiming) -> None:
     trace.stamp("COMPUTE_INPUT_END", timing.input_end_ns)
     trace.stamp("COMPUTE_OUTPUT_START", timing.infer_end_ns)
     trace.stamp("COMPUTE_END", timing.end_ns)
-
-
-def _call_now(work: Callable[..., object], *args: object) -> None:
-    """``execute_direct``'s way to count on the loop: at once."""
-    work(*args)

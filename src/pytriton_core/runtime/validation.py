@@ -33,76 +33,70 @@ def validate_request(request: InferenceRequest, spec: ModelSpec) -> None:
     """Check inputs and requested outputs; set ``request.batch_size``.
 
     Messages and their ``[request id: ...]`` prefixes follow Triton's: the core's request
-    checks carry the prefix, the unknown-name checks do not.
+    checks carry the prefix, the unknown-name checks do not. Every request passes here
+    (a BLS call's too), so the common case is one loop over the inputs; the order in
+    which errors are found is Triton's (an unknown input before any input's datatype).
     """
-
-    def error(message: str) -> ServerError:
-        return InvalidArgumentError(message).with_request_id(request.id)
-
     model_name = spec.name
+    inputs = request.inputs
     declared = spec.inputs
     required = spec.required_inputs
-    given = len(request.inputs)
+    given = len(inputs)
     if given < len(required) or given > len(declared):
-        missing = [n for n in required if n not in request.inputs]
-        raise error(
-            f"expected {len(required)} inputs but got {given} inputs for model "
-            f"'{model_name}'. Got input(s) {_names(list(request.inputs))}, but missing "
-            f"required input(s) {_names(missing)}. Please provide all required input(s)."
-        )
-    for name in request.inputs:
-        if name not in declared:
-            raise InvalidArgumentError(
-                f"unexpected inference input '{name}' for model '{model_name}'"
-            )
-    # Every declared input given (the common case) leaves none missing.
-    missing = [n for n in required if n not in request.inputs] if given < len(declared) else []
-    if missing:
-        raise error(
-            f"expected {len(required)} inputs but got {given} inputs for model "
-            f"'{model_name}'. Got input(s) {_names(list(request.inputs))}, but missing "
-            f"required input(s) {_names(missing)}. Please provide all required input(s)."
-        )
+        raise _missing_inputs(request, spec)
 
     max_batch_size = spec.max_batch_size
     batch_size = 0
-    for name, tensor in request.inputs.items():
-        expected = declared[name]
+    for name, tensor in inputs.items():
+        expected = declared.get(name)
+        if expected is None:
+            raise _unexpected_input(name, model_name)
         if tensor.datatype is not expected.datatype:
-            raise error(
+            _before_input_error(request, spec)
+            raise _error(
+                request,
                 f"inference input '{name}' data-type is '{tensor.datatype.wire_name}', but "
-                f"model '{model_name}' expects '{expected.datatype.wire_name}'"
+                f"model '{model_name}' expects '{expected.datatype.wire_name}'",
             )
         shape = tensor.shape
         dims = shape
-        note = ""
         if max_batch_size > 0:
             if shape:
                 if batch_size == 0:
                     batch_size = shape[0]
                     if batch_size > max_batch_size:
-                        raise error(
+                        _before_input_error(request, spec)
+                        raise _error(
+                            request,
                             f"inference request batch-size must be <= {max_batch_size} "
-                            f"for '{model_name}'"
+                            f"for '{model_name}'",
                         )
                 elif shape[0] != batch_size:
-                    raise error(
-                        f"input '{name}' batch size does not match other inputs for '{model_name}'"
+                    _before_input_error(request, spec)
+                    raise _error(
+                        request,
+                        f"input '{name}' batch size does not match other inputs for '{model_name}'",
                     )
             dims = shape[1:]
-            note = _BATCH_NOTE
-        mismatch = len(dims) != len(expected.dims)
+        want_dims = expected.dims
+        mismatch = len(dims) != len(want_dims)
         if not mismatch:
-            for want, got in zip(expected.dims, dims, strict=True):
+            for want, got in zip(want_dims, dims, strict=True):
                 if want != -1 and want != got:
                     mismatch = True
                     break
         if mismatch:
-            raise error(
+            _before_input_error(request, spec)
+            note = _BATCH_NOTE if max_batch_size > 0 else " "
+            raise _error(
+                request,
                 f"unexpected shape for input '{name}' for model '{model_name}'. "
                 f"Expected {_format_shape(spec.full_shape(expected))}, got {_format_shape(shape)}."
-                f"{note or ' '}"
+                f"{note}",
             )
+    # Every declared input given (the common case) leaves none missing.
+    if given < len(declared) and any(n not in inputs for n in required):
+        raise _missing_inputs(request, spec)
     request.batch_size = max(batch_size, 1) if max_batch_size > 0 else 1
 
     if request.requested_outputs is not None:
@@ -113,7 +107,36 @@ def validate_request(request: InferenceRequest, spec: ModelSpec) -> None:
                 )
 
     if spec.sequence_batching is not None and request.correlation_id not in (0, ""):
-        _check_correlation_id(request, spec, error)
+        _check_correlation_id(request, spec, lambda message: _error(request, message))
+
+
+def _error(request: InferenceRequest, message: str) -> ServerError:
+    return InvalidArgumentError(message).with_request_id(request.id)
+
+
+def _unexpected_input(name: str, model_name: str) -> ServerError:
+    return InvalidArgumentError(f"unexpected inference input '{name}' for model '{model_name}'")
+
+
+def _before_input_error(request: InferenceRequest, spec: ModelSpec) -> None:
+    """Before one input's error, what Triton reports first: an unknown input name, then
+    a missing required input."""
+    for name in request.inputs:
+        if name not in spec.inputs:
+            raise _unexpected_input(name, spec.name)
+    if any(n not in request.inputs for n in spec.required_inputs):
+        raise _missing_inputs(request, spec)
+
+
+def _missing_inputs(request: InferenceRequest, spec: ModelSpec) -> ServerError:
+    required = spec.required_inputs
+    missing = [n for n in required if n not in request.inputs]
+    return _error(
+        request,
+        f"expected {len(required)} inputs but got {len(request.inputs)} inputs for model "
+        f"'{spec.name}'. Got input(s) {_names(list(request.inputs))}, but missing "
+        f"required input(s) {_names(missing)}. Please provide all required input(s).",
+    )
 
 
 def _check_correlation_id(

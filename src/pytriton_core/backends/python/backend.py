@@ -20,7 +20,7 @@ import time
 import traceback
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
+from types import CoroutineType, ModuleType
 from typing import Any
 
 from google.protobuf.message import Message
@@ -227,6 +227,8 @@ class PythonModel(BackendModel):
         self.input_types = {name: t.datatype for name, t in spec.inputs.items()}
         # A sequence model's implicit-state outputs: kept for the sequence batcher.
         self.state_outputs = spec.state_outputs
+        # What a response keeps when its request named no outputs (the common case).
+        self.all_outputs_kept = frozenset(self._output_names) | frozenset(self.state_outputs)
         # "no": inputs in CUDA shared memory reach the model as GPU tensors (DLPack).
         force_cpu = spec.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
         self.gpu_inputs = not flag(force_cpu, default=True)
@@ -350,7 +352,7 @@ class PythonInstance(BackendInstance):
 
     def _run(self, result: Any) -> Any:
         """Run a hook's result to completion when the hook was ``async def``."""
-        if inspect.iscoroutine(result):
+        if type(result) is CoroutineType:  # inspect.iscoroutine's test, without its call
             return self._model_loop().run(result)
         return result
 
@@ -363,10 +365,16 @@ class PythonInstance(BackendInstance):
         timing.mark_input_done()
         result = self._call_execute(pb_requests, requests)
         timing.mark_infer_done()
-        rescheduled = [
-            r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-            for r in pb_requests
-        ]
+        rescheduled = _rescheduled(pb_requests)
+        if rescheduled is None:  # none was (the common case): the short way
+            if result is not None and not self._model.decoupled:
+                _reset_rescheduled(requests)
+                if type(result) is list and len(result) == len(requests):
+                    return [
+                        self._from_pb_response(response, request)
+                        for response, request in zip(result, requests)  # noqa: B905
+                    ]
+            rescheduled = [False] * len(requests)
         if self._model.decoupled:
             if result is not None:
                 raise InternalError(
@@ -419,7 +427,7 @@ class PythonInstance(BackendInstance):
         with self._running, pb_utils.server_context(bridge, "execute"):
             try:
                 result = self._python_model.execute(pb_requests)
-                if inspect.iscoroutine(result) and self._model.decoupled:
+                if type(result) is CoroutineType and self._model.decoupled:
                     self._run_in_background(result, requests)
                     return None
                 return self._run(result)
@@ -567,20 +575,43 @@ class PythonInstance(BackendInstance):
                     f"Expected an InferenceResponse, found type '{type(response).__name__}'."
                 )
             )
-        error = response.error()
-        parameters = dict(response._parameters)
+        error = response._error
+        parameters = dict(response._parameters) if response._parameters else {}
         if error is not None:
             return InferenceResponse(
                 parameters=parameters, error=_server_error(error.code(), error.message())
             )
-        wanted = set(request.output_names(self._model._output_names))
-        wanted.update(self._model.state_outputs)
+        model = self._model
+        if request.requested_outputs is None:
+            kept: frozenset[str] | set[str] = model.all_outputs_kept
+        else:
+            kept = set(request.requested_outputs)
+            kept.update(model.state_outputs)
+        staging = self._staging
         outputs = [
-            from_pb_tensor(tensor, self._staging)
-            for tensor in response.output_tensors()
-            if tensor.name() in wanted
+            from_pb_tensor(tensor, staging)
+            for tensor in response._output_tensors
+            if tensor._name in kept
         ]
         return InferenceResponse(outputs=outputs, parameters=parameters)
+
+
+def _rescheduled(pb_requests: list[pb_utils.InferenceRequest]) -> list[bool] | None:
+    """Which requests the model released with RELEASE_RESCHEDULE; None when none was."""
+    for request in pb_requests:
+        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            return [
+                r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+                for r in pb_requests
+            ]
+    return None
+
+
+def _reset_rescheduled(requests: Sequence[InferenceRequest]) -> None:
+    """``_mark_rescheduled`` with none rescheduled."""
+    for request in requests:
+        if request.reschedule:
+            request.reschedule = False
 
 
 def _mark_rescheduled(requests: Sequence[InferenceRequest], rescheduled: list[bool]) -> None:

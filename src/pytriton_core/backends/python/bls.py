@@ -266,7 +266,7 @@ class BlsBridge:
         inline = current_inline()
         if inline is not None:
             inline.take_turn()  # a long chain of calls on the loop lets other work run
-        if self._direct_calls and self._ran_direct(answers):
+        if self._direct_calls and self._ran_direct(answers, inline is not None):
             # It ran on this thread and has answered (or will, through the loop, if it
             # answered through its response sender): this instance never waited on an
             # instance of the target, so there is no wait to record.
@@ -371,7 +371,7 @@ class BlsBridge:
             id=request._request_id,
             inputs={t._name: from_pb_tensor(t, staging) for t in request._inputs},
             requested_outputs={n: RequestedOutput(n) for n in requested} if requested else None,
-            parameters=dict(request._parameters),
+            parameters=dict(request._parameters) if request._parameters else {},
             timeout_us=request._timeout,
             correlation_id=request._correlation_id,
             flags=request._flags,
@@ -383,13 +383,14 @@ class BlsBridge:
         answers.request = core
         return (spec.name, spec.version)
 
-    def _ran_direct(self, answers: _Answers) -> bool:
+    def _ran_direct(self, answers: _Answers, inline: bool) -> bool:
         """Whether the target executed the request on this thread (``ServerCalls.
-        execute_direct``); a refusal there is its answer, as on the loop."""
+        execute_direct``; ``inline``: inside an ``InlineExecution``); a refusal there is
+        its answer, as on the loop."""
         request = answers.request
         assert request is not None
         try:
-            return self._calls.execute_direct(request)
+            return self._calls.execute_direct(request, inline)
         except ServerError as error:
             answers.refused(error)
             return True
@@ -424,7 +425,8 @@ class BlsBridge:
         memory = request._preferred_memory._memory_type
         gpu = memory is not pb_utils.TRITONSERVER_MEMORY_CPU
         outputs = [to_pb_tensor(t, gpu) for t in response.outputs]
-        return pb_utils.InferenceResponse._from_server(outputs, None, dict(response.parameters))
+        parameters = dict(response.parameters) if response.parameters else {}
+        return pb_utils.InferenceResponse._from_server(outputs, None, parameters)
 
     def begin_wait(self, target: ModelKey, name: str) -> None:
         if not self._holds_instance:

@@ -288,7 +288,8 @@ class Tensor:
 
         Object, ``S`` and ``U`` arrays become BYTES; ``ml_dtypes.bfloat16`` arrays BF16.
         """
-        _check_name(name)
+        if type(name) is not str or not name:
+            _check_name(name)
         array = numpy_array if isinstance(numpy_array, np.ndarray) else np.asarray(numpy_array)
         datatype = types.from_numpy(array.dtype)
         if datatype is None:
@@ -308,7 +309,12 @@ class Tensor:
 
     @classmethod
     def _from_server(cls, name: str, array: npt.NDArray[Any], datatype: types.DataType) -> Tensor:
-        if not datatype.is_bytes and array.dtype != datatype.numpy_dtype:
+        # (numpy's dtypes of the builtin types are singletons: ``is`` settles most cases)
+        if (
+            array.dtype is not datatype.numpy_dtype
+            and not datatype.is_bytes
+            and array.dtype != datatype.numpy_dtype
+        ):
             array = array.view(datatype.numpy_dtype)
         tensor = cls.__new__(cls)
         tensor._set_cpu(name, datatype, array)

@@ -95,7 +95,7 @@ class WorkerCalls(ServerCalls):
     def unload_model(self, name: str, unload_dependents: bool, caller: str = "") -> None:
         self._rpc("unload_model", name, unload_dependents, caller)
 
-    def execute_direct(self, request: InferenceRequest) -> bool:
+    def execute_direct(self, request: InferenceRequest, inline: bool) -> bool:
         """Never here: the called model runs in the server's process, which schedules the
         call as it comes."""
         return False
