@@ -6,7 +6,9 @@ are numpy arrays shared with the server, never copied on the way in or out. The 
 in sibling modules and are re-exported here: ``pb_utils_tensor`` (Tensor, DLPack, BYTES
 helpers), ``pb_utils_config`` (ModelConfig, dict and numpy-type helpers),
 ``pb_utils_errors`` (TritonError, TritonModelException), ``pb_utils_metrics``
-(MetricFamily); this module holds requests, responses, the sender, BLS and logging.
+(MetricFamily), ``pb_utils_server`` (the server bridge that BLS and model management call,
+``get_model_dir``), ``pb_utils_logging`` (Logger); this module holds requests, responses,
+the sender and the BLS calls.
 
 Server-facing hooks (private names; the backend and the server drive these, models don't):
 
@@ -54,14 +56,11 @@ Server-facing hooks (private names; the backend and the server drive these, mode
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import enum
 import json
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from pytriton_core.backends.python.pb_utils_config import (
     TRITON_STRING_TO_NUMPY,
@@ -74,11 +73,11 @@ from pytriton_core.backends.python.pb_utils_config import (
     using_decoupled_model_transaction_policy,
 )
 from pytriton_core.backends.python.pb_utils_errors import TritonError, TritonModelException
+from pytriton_core.backends.python.pb_utils_logging import Logger
 from pytriton_core.backends.python.pb_utils_metrics import (
     Metric,
     MetricFamily,
     MetricKind,
-    active_registry,
 )
 from pytriton_core.backends.python.pb_utils_metrics import MetricRegistry as MetricRegistry
 from pytriton_core.backends.python.pb_utils_metrics import metric_registry as metric_registry
@@ -87,6 +86,23 @@ from pytriton_core.backends.python.pb_utils_metrics import (
 )
 from pytriton_core.backends.python.pb_utils_metrics import (
     set_metric_registry as set_metric_registry,
+)
+from pytriton_core.backends.python.pb_utils_server import (
+    ModelContext as ModelContext,
+)
+from pytriton_core.backends.python.pb_utils_server import (
+    ServerBridge,
+    get_model_dir,
+    is_model_ready,
+    load_model,
+    require_bls,
+    unload_model,
+)
+from pytriton_core.backends.python.pb_utils_server import (
+    model_dir_context as model_dir_context,
+)
+from pytriton_core.backends.python.pb_utils_server import (
+    server_context as server_context,
 )
 from pytriton_core.backends.python.pb_utils_tensor import (
     Tensor,
@@ -140,8 +156,6 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
-
-_log = logging.getLogger("pytriton_core.model")
 
 
 # --------------------------------------------------------------------------- request parts
@@ -564,7 +578,7 @@ class InferenceRequest:
         Returns the response, or with ``decoupled=True`` an iterator over the responses.
         A failed call comes back as a response holding the error.
         """
-        bridge = _require_bls()
+        bridge = require_bls()
         if decoupled:
             try:
                 return ResponseIterator(bridge.infer_decoupled(self))
@@ -587,7 +601,7 @@ class InferenceRequest:
         Many calls may be in flight at once (``asyncio.gather``); each is a request to the
         target's scheduler, not a thread.
         """
-        bridge = _require_bls()
+        bridge = require_bls()
         return _awaited(bridge, self, decoupled)
 
 
@@ -607,227 +621,6 @@ async def _awaited(
 
 def _error_response(exc: BaseException) -> InferenceResponse:
     return InferenceResponse._from_server([], TritonError._from_exception(exc))
-
-
-# --------------------------------------------------------------------------- server bridge
-
-
-class ServerBridge(Protocol):
-    """What BLS and model management call (see ``server_context``).
-
-    ``infer_decoupled``'s iterator may have a ``cancel()`` method, which
-    ``ResponseIterator.cancel()`` calls.
-    """
-
-    def infer(self, request: InferenceRequest) -> InferenceResponse: ...
-
-    def infer_async(self, request: InferenceRequest) -> Awaitable[InferenceResponse]: ...
-
-    def infer_decoupled(self, request: InferenceRequest) -> Iterator[InferenceResponse]: ...
-
-    def infer_decoupled_async(
-        self, request: InferenceRequest
-    ) -> Awaitable[Iterator[InferenceResponse]]: ...
-
-    def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None: ...
-
-    def unload_model(self, name: str, unload_dependents: bool) -> None: ...
-
-    def is_model_ready(self, name: str, version: int) -> bool: ...
-
-
-_EXECUTE = "execute"
-_INITIALIZE = "initialize"
-_server: contextvars.ContextVar[tuple[ServerBridge, str] | None] = contextvars.ContextVar(
-    "pytriton_core_server", default=None
-)
-
-
-class _ServerScope:
-    """``server_context``'s block (a plain class: it wraps every ``execute``)."""
-
-    __slots__ = ("_token", "_value")
-
-    def __init__(self, value: tuple[ServerBridge, str] | None) -> None:
-        self._value = value
-        self._token: contextvars.Token[tuple[ServerBridge, str] | None] | None = None
-
-    def __enter__(self) -> None:
-        self._token = _server.set(self._value)
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._token is not None
-        _server.reset(self._token)
-
-
-def server_context(bridge: ServerBridge | None, phase: str) -> _ServerScope:
-    """Route BLS and model management to ``bridge`` inside the block (server hook)."""
-    return _ServerScope(None if bridge is None else (bridge, phase))
-
-
-def _require_bls() -> ServerBridge:
-    current = _server.get()
-    if current is None or current[1] != _EXECUTE:
-        raise TritonModelException("BLS is only supported during the 'execute' function.")
-    return current[0]
-
-
-def _require_bridge(what: str) -> ServerBridge:
-    current = _server.get()
-    if current is None or current[1] not in (_EXECUTE, _INITIALIZE):
-        raise TritonModelException(
-            f"{what} is only supported during the 'initialize' and 'execute' functions"
-        )
-    return current[0]
-
-
-def load_model(model_name: str, config: str = "", files: Mapping[str, bytes] | None = None) -> None:
-    """Load (or reload) a model; ``config`` is JSON, ``files`` maps ``file:<path>`` to bytes."""
-    if files is not None and not isinstance(files, Mapping):
-        raise TritonModelException(
-            f"failed to load model '{model_name}': files must be a dict of file paths to bytes"
-        )
-    for path, content in (files or {}).items():
-        if not isinstance(path, str) or not isinstance(content, bytes | bytearray):
-            raise TritonModelException(
-                f"failed to load model '{model_name}': files must map str paths to bytes"
-            )
-    bridge = _require_bridge("load_model")
-    with _reraised("Failed to load model"):
-        bridge.load_model(model_name, config, dict(files or {}))
-
-
-def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    bridge = _require_bridge("unload_model")
-    with _reraised("Failed to unload model"):
-        bridge.unload_model(model_name, bool(unload_dependents))
-
-
-def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    """Whether a version (``""``: the latest) of a model is ready."""
-    version = -1
-    if model_version != "":
-        try:
-            version = int(model_version)
-        except ValueError:
-            version = -2
-        if version < 0:
-            raise TritonModelException(f"model version '{model_version}' is not an integer >= 0")
-    bridge = _require_bridge("is_model_ready")
-    with _reraised("Failed to check model readiness"):
-        ready = bool(bridge.is_model_ready(model_name, version))
-    return ready
-
-
-@contextlib.contextmanager
-def _reraised(prefix: str) -> Iterator[None]:
-    try:
-        yield
-    except TritonModelException:
-        raise
-    except Exception as exc:
-        raise TritonModelException(f"{prefix}: {exc}") from exc
-
-
-_model_dir: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "pytriton_core_model_dir", default=None
-)
-
-
-@contextlib.contextmanager
-def model_dir_context(path: str) -> Iterator[None]:
-    """Make ``get_model_dir()`` return ``path`` inside the block (server hook)."""
-    token = _model_dir.set(path)
-    try:
-        yield
-    finally:
-        _model_dir.reset(token)
-
-
-class ModelContext:
-    """What model code sees while the server runs it: ``path`` as ``get_model_dir()``, and
-    ``metrics`` (its server's registry) for the ``MetricFamily`` objects it creates. The
-    backend's hook, entered around a model's import, initialize, execute and finalize; one
-    object serves every call (a class, not a generator: ``execute`` enters it per batch)."""
-
-    __slots__ = ("_metrics", "_path", "_tokens")
-
-    def __init__(self, path: str, metrics: MetricRegistry | None) -> None:
-        self._path = path
-        self._metrics = metrics
-        self._tokens: list[tuple[contextvars.Token[str | None], Any]] = []
-
-    def __enter__(self) -> None:
-        self._tokens.append((_model_dir.set(self._path), active_registry.set(self._metrics)))
-
-    def __exit__(self, *exc_info: object) -> None:
-        path_token, metrics_token = self._tokens.pop()
-        active_registry.reset(metrics_token)
-        _model_dir.reset(path_token)
-
-
-def get_model_dir() -> str:
-    """The directory of the running model (``<repository>/<model>``)."""
-    path = _model_dir.get()
-    if path is None:
-        raise TritonModelException(
-            "get_model_dir() is only available while the server runs a model's "
-            "initialize, execute or finalize"
-        )
-    return path
-
-
-# --------------------------------------------------------------------------- logging
-
-
-class _LogLevel(enum.IntEnum):
-    INFO = 0
-    WARNING = 1
-    ERROR = 2
-    VERBOSE = 3
-
-
-_STDLIB_LEVEL = {
-    _LogLevel.INFO: logging.INFO,
-    _LogLevel.WARNING: logging.WARNING,
-    _LogLevel.ERROR: logging.ERROR,
-    _LogLevel.VERBOSE: logging.DEBUG,
-}
-
-
-class Logger:
-    """Model logging, through the stdlib logger ``pytriton_core.model`` (VERBOSE = DEBUG)."""
-
-    LogLevel = _LogLevel
-    INFO = _LogLevel.INFO
-    WARNING = _LogLevel.WARNING
-    ERROR = _LogLevel.ERROR
-    VERBOSE = _LogLevel.VERBOSE
-
-    @staticmethod
-    def log(message: str, level: int = _LogLevel.INFO) -> None:
-        _emit(message, _LogLevel(level))
-
-    @staticmethod
-    def log_info(message: str) -> None:
-        _emit(message, _LogLevel.INFO)
-
-    @staticmethod
-    def log_warn(message: str) -> None:
-        _emit(message, _LogLevel.WARNING)
-
-    @staticmethod
-    def log_error(message: str) -> None:
-        _emit(message, _LogLevel.ERROR)
-
-    @staticmethod
-    def log_verbose(message: str) -> None:
-        _emit(message, _LogLevel.VERBOSE)
-
-
-def _emit(message: str, level: _LogLevel) -> None:
-    # stacklevel 3: the record names the model's line, not Logger's or this function's.
-    _log.log(_STDLIB_LEVEL[level], "%s", message, stacklevel=3)
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

@@ -1,0 +1,198 @@
+"""What a model asks of the server running it: BLS and model management through the server's
+bridge, and the model's own folder (``pb_utils`` re-exports all but ``require_bls``, which
+its BLS calls use).
+
+The server installs both per call, as context variables, so that each model sees the bridge
+and folder of the server running it (see ``pb_utils``'s docstring: ``server_context``,
+``model_dir_context``, ``ModelContext``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Awaitable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytriton_core.backends.python.pb_utils_errors import TritonModelException
+from pytriton_core.backends.python.pb_utils_metrics import MetricRegistry, active_registry
+
+if TYPE_CHECKING:
+    from pytriton_core.backends.python.pb_utils import InferenceRequest, InferenceResponse
+
+__all__ = [
+    "ModelContext",
+    "ServerBridge",
+    "get_model_dir",
+    "is_model_ready",
+    "load_model",
+    "model_dir_context",
+    "require_bls",
+    "server_context",
+    "unload_model",
+]
+
+
+class ServerBridge(Protocol):
+    """What BLS and model management call (see ``server_context``).
+
+    ``infer_decoupled``'s iterator may have a ``cancel()`` method, which
+    ``ResponseIterator.cancel()`` calls.
+    """
+
+    def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+
+    def infer_async(self, request: InferenceRequest) -> Awaitable[InferenceResponse]: ...
+
+    def infer_decoupled(self, request: InferenceRequest) -> Iterator[InferenceResponse]: ...
+
+    def infer_decoupled_async(
+        self, request: InferenceRequest
+    ) -> Awaitable[Iterator[InferenceResponse]]: ...
+
+    def load_model(self, name: str, config: str, files: Mapping[str, bytes]) -> None: ...
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None: ...
+
+    def is_model_ready(self, name: str, version: int) -> bool: ...
+
+
+_EXECUTE = "execute"
+_INITIALIZE = "initialize"
+_server: contextvars.ContextVar[tuple[ServerBridge, str] | None] = contextvars.ContextVar(
+    "pytriton_core_server", default=None
+)
+
+
+class _ServerScope:
+    """``server_context``'s block (a plain class: it wraps every ``execute``)."""
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, value: tuple[ServerBridge, str] | None) -> None:
+        self._value = value
+        self._token: contextvars.Token[tuple[ServerBridge, str] | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _server.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _server.reset(self._token)
+
+
+def server_context(bridge: ServerBridge | None, phase: str) -> _ServerScope:
+    """Route BLS and model management to ``bridge`` inside the block (server hook)."""
+    return _ServerScope(None if bridge is None else (bridge, phase))
+
+
+def require_bls() -> ServerBridge:
+    current = _server.get()
+    if current is None or current[1] != _EXECUTE:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
+    return current[0]
+
+
+def _require_bridge(what: str) -> ServerBridge:
+    current = _server.get()
+    if current is None or current[1] not in (_EXECUTE, _INITIALIZE):
+        raise TritonModelException(
+            f"{what} is only supported during the 'initialize' and 'execute' functions"
+        )
+    return current[0]
+
+
+def load_model(model_name: str, config: str = "", files: Mapping[str, bytes] | None = None) -> None:
+    """Load (or reload) a model; ``config`` is JSON, ``files`` maps ``file:<path>`` to bytes."""
+    if files is not None and not isinstance(files, Mapping):
+        raise TritonModelException(
+            f"failed to load model '{model_name}': files must be a dict of file paths to bytes"
+        )
+    for path, content in (files or {}).items():
+        if not isinstance(path, str) or not isinstance(content, bytes | bytearray):
+            raise TritonModelException(
+                f"failed to load model '{model_name}': files must map str paths to bytes"
+            )
+    bridge = _require_bridge("load_model")
+    with _reraised("Failed to load model"):
+        bridge.load_model(model_name, config, dict(files or {}))
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    bridge = _require_bridge("unload_model")
+    with _reraised("Failed to unload model"):
+        bridge.unload_model(model_name, bool(unload_dependents))
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Whether a version (``""``: the latest) of a model is ready."""
+    version = -1
+    if model_version != "":
+        try:
+            version = int(model_version)
+        except ValueError:
+            version = -2
+        if version < 0:
+            raise TritonModelException(f"model version '{model_version}' is not an integer >= 0")
+    bridge = _require_bridge("is_model_ready")
+    with _reraised("Failed to check model readiness"):
+        ready = bool(bridge.is_model_ready(model_name, version))
+    return ready
+
+
+@contextlib.contextmanager
+def _reraised(prefix: str) -> Iterator[None]:
+    try:
+        yield
+    except TritonModelException:
+        raise
+    except Exception as exc:
+        raise TritonModelException(f"{prefix}: {exc}") from exc
+
+
+_model_dir: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pytriton_core_model_dir", default=None
+)
+
+
+@contextlib.contextmanager
+def model_dir_context(path: str) -> Iterator[None]:
+    """Make ``get_model_dir()`` return ``path`` inside the block (server hook)."""
+    token = _model_dir.set(path)
+    try:
+        yield
+    finally:
+        _model_dir.reset(token)
+
+
+class ModelContext:
+    """What model code sees while the server runs it: ``path`` as ``get_model_dir()``, and
+    ``metrics`` (its server's registry) for the ``MetricFamily`` objects it creates. The
+    backend's hook, entered around a model's import, initialize, execute and finalize; one
+    object serves every call (a class, not a generator: ``execute`` enters it per batch)."""
+
+    __slots__ = ("_metrics", "_path", "_tokens")
+
+    def __init__(self, path: str, metrics: MetricRegistry | None) -> None:
+        self._path = path
+        self._metrics = metrics
+        self._tokens: list[tuple[contextvars.Token[str | None], Any]] = []
+
+    def __enter__(self) -> None:
+        self._tokens.append((_model_dir.set(self._path), active_registry.set(self._metrics)))
+
+    def __exit__(self, *exc_info: object) -> None:
+        path_token, metrics_token = self._tokens.pop()
+        active_registry.reset(metrics_token)
+        _model_dir.reset(path_token)
+
+
+def get_model_dir() -> str:
+    """The directory of the running model (``<repository>/<model>``)."""
+    path = _model_dir.get()
+    if path is None:
+        raise TritonModelException(
+            "get_model_dir() is only available while the server runs a model's "
+            "initialize, execute or finalize"
+        )
+    return path
