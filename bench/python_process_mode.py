@@ -9,6 +9,10 @@ Python models always run in stub processes) and run side by side; each round mea
 every model on each server in turn (perf_analyzer over HTTP), and a row's ratio to Triton's
 is the median of the rounds' ratios, so load that comes and goes on a shared machine hits
 both alike.
+
+Each measurement also reads, from ``/proc``, the CPU time the server process and its child
+processes (the worker processes of process mode; Triton's stubs) spent over it, per request
+the server's statistics counted: the table gives the medians.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench.servers import OURS, TRITON, run_server
+from bench import procstats
+from bench.servers import OURS, TRITON, RunningServer, run_server
 from bench.toolbox import discover
 
 IDENTITY = """
@@ -92,6 +97,29 @@ def throughput(perf: Path, url: str, model: str, concurrency: int, interval_ms: 
     return float(found.group(1))
 
 
+def cpu_split(server: RunningServer) -> tuple[float, float]:
+    """CPU seconds so far of the server process and of its descendants (model processes)."""
+    tree = procstats.process_tree(server.process.pid)
+    return procstats.cpu_seconds(tree[0]), sum(procstats.cpu_seconds(pid) for pid in tree[1:])
+
+
+def measure(
+    server: RunningServer, perf: Path, model: str, concurrency: int, interval_ms: int
+) -> tuple[float, tuple[float, float] | None]:
+    """Throughput, and CPU µs per request in the server and in its model processes (None
+    where the server counts no requests)."""
+    counted = server.counts(model)
+    cpu = cpu_split(server)
+    value = throughput(perf, server.http_url, model, concurrency, interval_ms)
+    after = server.counts(model)
+    spent = cpu_split(server)
+    if counted is None or after is None or after.requests <= counted.requests:
+        return value, None
+    requests = after.requests - counted.requests
+    per_request = tuple((b - a) * 1e6 / requests for a, b in zip(cpu, spent, strict=True))
+    return value, (per_request[0], per_request[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
@@ -111,6 +139,7 @@ def main() -> None:
     keys = [OURS] + ([TRITON] if tools.real_triton_start.path is not None else [])
     served = {OURS: tuple(MODELS), TRITON: TRITON_MODELS}
     runs: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with contextlib.ExitStack() as stack:
         # Both servers up at once, measured in turns: load that comes and goes on a shared
         # machine hits both alike within a round.
@@ -125,12 +154,23 @@ def main() -> None:
                 for key in keys:
                     if model not in served[key]:
                         continue
-                    value = throughput(
-                        perf, servers[key].http_url, model, args.concurrency, args.interval_ms
+                    value, per_request = measure(
+                        servers[key], perf, model, args.concurrency, args.interval_ms
                     )
                     runs.setdefault((key, model), []).append(value)
-                    print(f"round {round_index + 1} {key} {model}: {value:.1f} infer/s", flush=True)
-    lines = ["| model | server | mode | infer/s (median) | vs Triton |", "|---|---|---|---|---|"]
+                    shown = ""
+                    if per_request is not None:
+                        cpu.setdefault((key, model), []).append(per_request)
+                        shown = f", CPU µs/request {per_request[0]:.0f} + {per_request[1]:.0f}"
+                    print(
+                        f"round {round_index + 1} {key} {model}: {value:.1f} infer/s{shown}",
+                        flush=True,
+                    )
+    lines = [
+        "| model | server | mode | infer/s (median) | vs Triton "
+        "| server CPU µs/req | model processes CPU µs/req |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (key, model), values in runs.items():
         triton = runs.get((TRITON, model.replace("_in", "_proc")))
         # The median of the per-round ratios (each round's figures side by side).
@@ -140,7 +180,15 @@ def main() -> None:
             else "-"
         )
         mode = "stub process" if key == TRITON else MODELS[model][2]
-        lines.append(f"| {model} | {key} | {mode} | {statistics.median(values):.1f} | {ratio} |")
+        spent = cpu.get((key, model))
+        usage = (
+            f"{statistics.median(s for s, _ in spent):.0f} | "
+            f"{statistics.median(c for _, c in spent):.0f}"
+            if spent
+            else "- | -"
+        )
+        median = statistics.median(values)
+        lines.append(f"| {model} | {key} | {mode} | {median:.1f} | {ratio} | {usage} |")
     table = "\n".join(lines)
     (out / "python_process_mode.md").write_text(table + "\n")
     print(table)

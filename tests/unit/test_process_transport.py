@@ -55,8 +55,8 @@ def test_every_datatype_crosses_an_arena_unchanged(datatype: types.DataType, cop
 
 
 def _pair() -> tuple[Channel, Channel]:
-    ours, theirs = channel_pair(alternating=True)
-    return ours, Channel(theirs, alternating=True)
+    ours, theirs = channel_pair()
+    return ours, Channel(theirs)
 
 
 @pytest.mark.parametrize("size", [10, 100_000])  # within one read, and past it
@@ -88,12 +88,46 @@ def test_a_closed_peer_is_channel_closed() -> None:
     ours.close()
 
 
-def test_a_second_message_before_the_answer_breaks_an_alternating_channel() -> None:
+def test_messages_read_together_come_out_one_by_one_with_their_descriptors() -> None:
+    """Two batches in flight: both messages (and descriptors sent with the second) wait in
+    the socket and one read takes them; each comes out of ``recv`` with its own."""
+    ours, theirs = _pair()
+    pipes = [os.pipe(), os.pipe()]
+    try:
+        ours.send("one")
+        ours.send({"two": b"y" * 50_000}, [pipes[0][1]])  # past the first read
+        ours.send("three", [pipes[1][1]])
+        ours.send("four")
+        assert theirs.recv() == ("one", [])
+        message, fds = theirs.recv()
+        assert message == {"two": b"y" * 50_000}
+        assert len(fds) == 1
+        os.write(fds[0], b"2")
+        os.close(fds[0])
+        message, fds = theirs.recv()
+        assert message == "three"
+        assert len(fds) == 1
+        os.write(fds[0], b"3")
+        os.close(fds[0])
+        assert theirs.recv() == ("four", [])
+        assert not theirs.buffered()
+        assert os.read(pipes[0][0], 1) == b"2"
+        assert os.read(pipes[1][0], 1) == b"3"
+    finally:
+        for fd in (fd for pair in pipes for fd in pair):
+            os.close(fd)
+        ours.close()
+        theirs.close()
+
+
+def test_a_second_small_message_waits_in_the_buffer() -> None:
     ours, theirs = _pair()
     ours.send("one")
     ours.send("two")  # both wait in the socket: one read takes them together
-    with pytest.raises(ChannelClosed, match="second message"):
-        theirs.recv()
+    assert theirs.recv() == ("one", [])
+    assert theirs.buffered()  # a reader woken by the socket takes it without a wake-up
+    assert theirs.recv() == ("two", [])
+    assert not theirs.buffered()
     ours.close()
     theirs.close()
 

@@ -1,13 +1,16 @@
 """A loaded model version (``runtime.Model``) driven on its own event loop with a backend
-written here: submit, answer, and a stop that outlasts its exit timeout."""
+written here: submit, answer, a stop that outlasts its exit timeout, and batches started on
+the loop (``loop_dispatch``) up to the backend's depth."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,7 +49,7 @@ class _Gate(BackendModel, BackendInstance):
         return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
 
 
-def _model(backend: _Gate, loop: asyncio.AbstractEventLoop) -> Model:
+def _model(backend: BackendModel, loop: asyncio.AbstractEventLoop) -> Model:
     config = parse_config_text(CONFIG, "test")
     normalize_config(config)
     validate_config(config)
@@ -99,3 +102,73 @@ def test_stop_gives_up_waiting_at_the_exit_timeout(caplog: pytest.LogCaptureFixt
         model = asyncio.run(scenario())
     assert model.state is ModelState.UNAVAILABLE
     assert "1 requests still in flight" in caplog.text
+
+
+class _OnLoop(BackendModel, BackendInstance):
+    """Starts batches on the loop (as process mode does) and keeps them until the test
+    finishes them, oldest first, ``finish_ns`` after they were begun."""
+
+    loop_dispatch = True
+
+    def __init__(self, depth: int) -> None:
+        self.loop_depth = depth
+        self.begun: list[tuple[Sequence[InferenceRequest], ComputeTiming, Any]] = []
+
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance:
+        return self
+
+    def execute(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming
+    ) -> Sequence[InferenceResponse | None]:
+        raise AssertionError("batches start on the loop")
+
+    def begin(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming, finished: Any
+    ) -> None:
+        timing.mark_input_done()
+        self.begun.append((requests, timing, finished))
+
+    def finish_oldest(self) -> None:
+        requests, timing, finished = self.begun.pop(0)
+        timing.mark_infer_done()
+        finished([InferenceResponse(outputs=list(r.inputs.values())) for r in requests])
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_batches_started_on_the_loop_are_in_flight_up_to_the_depth(depth: int) -> None:
+    """Three requests at once: ``depth`` batches go to the instance, the rest waits; each
+    finished batch lets the next one go. A batch that waited behind another in the backend
+    counts that wait as queue time, as one that waited here does: the statistics read the
+    same at either depth, and the compute spans of batches run one at a time never add up
+    to more than the time they took."""
+    hold_s = 0.02
+
+    async def scenario() -> tuple[list[int], Model, list[InferenceResponse], int]:
+        backend = _OnLoop(depth)
+        model = _model(backend, asyncio.get_running_loop())
+        answers: list[InferenceResponse] = []
+        started_ns = time.monotonic_ns()
+        for _ in range(3):
+            model.submit(_request(answers))
+        in_flight = [len(backend.begun)]
+        while backend.begun:
+            await asyncio.sleep(hold_s)
+            backend.finish_oldest()
+            in_flight.append(len(backend.begun))
+        took_ns = time.monotonic_ns() - started_ns
+        await model.stop(5.0)
+        return in_flight, model, answers, took_ns
+
+    in_flight, model, answers, took_ns = asyncio.run(scenario())
+    assert in_flight == ([2, 2, 1, 0] if depth == 2 else [1, 1, 1, 0])
+    assert [a.outputs[0].data.tolist() for a in answers] == [[1.0]] * 3
+    stats = model.stats
+    assert stats.execution_count == 3 and stats.success.count == 3
+    hold_ns = int(hold_s * 1e9)
+    # The second request waited one hold, the third two (less the microseconds the
+    # starts take).
+    assert stats.queue.ns >= 3 * hold_ns - 1_000_000
+    compute_ns = stats.compute_input.ns + stats.compute_infer.ns + stats.compute_output.ns
+    # Counted from when it was begun, the second one's compute would overlap the first's
+    # by a whole hold; what remains is the hand-over's microseconds.
+    assert compute_ns < took_ns + hold_ns // 2

@@ -142,7 +142,8 @@ class BackendInstance(abc.ABC):
         """Start one batch from the event loop without waiting for it (only where the
         model's ``loop_dispatch`` is True): ``finished`` gets, on the loop, what
         ``execute`` would return, or the error that fails the batch. Raising instead fails
-        the batch at once."""
+        the batch at once. Up to the model's ``loop_depth`` batches may be begun before the
+        first finishes: they execute in order, and finish in order."""
         raise NotImplementedError(f"{type(self).__name__} cannot start batches on the loop")
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
@@ -168,6 +169,11 @@ class BackendModel(abc.ABC):
     # (the work runs in another process): with a scheduler that ``holds_for_loop`` the loop
     # then hands requests out itself, and no instance thread is on a request's path.
     loop_dispatch: bool = False
+    # With ``loop_dispatch``: how many batches the loop may start on one instance before
+    # the first has finished. The backend queues those after the first and still executes
+    # one at a time (``execute`` never runs twice at once on an instance); a queued one
+    # starts as soon as the one before has finished, without waiting for the loop.
+    loop_depth: int = 1
 
     def healthy(self) -> bool:
         """Whether every instance can run requests now (false while a Python model's worker

@@ -13,6 +13,9 @@ short ones have run there again.
 A backend whose work runs in another process (``BackendModel.loop_dispatch``: process-mode
 Python models) has its batches started and finished on the loop instead
 (``begin_claimed``): the thread then only creates, warms up and finalizes the instance.
+Up to the backend's ``loop_depth`` batches may be in flight there (``claim_next``): the
+backend executes them one at a time, in order; one waiting behind another counts that wait
+as queue time (``_next_executing``), so the statistics read as if it had waited here.
 
 A request may also run on the thread of a model that called it (BLS, ``execute_direct``
 in runtime/model.py). Whoever executes first ``claim``s the instance (its execution lock,
@@ -27,6 +30,7 @@ import functools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec
@@ -105,6 +109,9 @@ class ModelInstance:
         # (start ns, requests) of the batch executing now, for reporting a hung instance;
         # written by the executing thread, read by the loop (one reference: atomic).
         self._running_batch: tuple[int, int] | None = None
+        # The batches started from the loop and not finished, oldest first: (how many
+        # requests, timing). The execution lock is held, for all of them, while there are any.
+        self._begun: deque[tuple[int, ComputeTiming]] = deque()
         self._thread = threading.Thread(target=self._run, name=f"instance-{spec.name}", daemon=True)
 
     def start(self) -> None:
@@ -170,9 +177,16 @@ class ModelInstance:
             and self._executing.acquire(blocking=False)
         )
 
+    def claim_next(self) -> bool:
+        """On the loop: take the instance for one more batch started from the loop while
+        its earlier ones are in flight, up to the backend's ``loop_depth`` (False: none in
+        flight, ask ``claim``; or no room)."""
+        return 0 < len(self._begun) < self._backend_model.loop_depth
+
     def release(self) -> None:
-        """Give back a claim that executes nothing after all."""
-        self._executing.release()
+        """Give back a claim (or a ``claim_next``) that executes nothing after all."""
+        if not self._begun:
+            self._executing.release()
 
     def execute_inline(self, batch: list[InferenceRequest]) -> None:
         """Execute ``batch`` on the calling thread (the event loop) and hand its outcome
@@ -223,6 +237,10 @@ class ModelInstance:
         backend_instance = self._backend_instance
         assert backend_instance is not None
         timing = self._started(batch)
+        begun = self._begun
+        begun.append((len(batch), timing))
+        if len(begun) > 1:  # the instance is still executing the oldest one
+            self._running_batch = (begun[0][1].start_ns, begun[0][0])
         finished = functools.partial(self._finished, batch, timing)
         try:
             backend_instance.begin(batch, timing, finished)
@@ -238,11 +256,34 @@ class ModelInstance:
         timing: ComputeTiming,
         responses: Sequence[InferenceResponse | None] | ServerError,
     ) -> None:
+        begun = self._begun
+        oldest = begun[0][1] is timing
+        for index, (_, started) in enumerate(begun):
+            if started is timing:
+                del begun[index]
+                break
         try:
             outcome = self._settled(batch, timing, _checked(responses, batch))
         finally:
-            self._executing.release()
+            if not begun:
+                self._executing.release()
+            elif oldest:
+                self._next_executing(timing)
+            if begun:
+                self._running_batch = (begun[0][1].start_ns, begun[0][0])
         self._on_batch_done(batch, *outcome)
+
+    def _next_executing(self, previous: ComputeTiming) -> None:
+        """The oldest batch in flight has finished: the next one, which waited behind it
+        in the backend, executes from when it finished. That wait counts as queue time:
+        its compute spans move later by it (compute input keeps its length)."""
+        timing = self._begun[0][1]
+        if not timing.input_end_ns:  # its start failed: nothing waited
+            return
+        wait = previous.infer_end_ns - timing.input_end_ns
+        if wait > 0:
+            timing.start_ns += wait
+            timing.input_end_ns += wait
 
     def _started(self, batch: list[InferenceRequest]) -> ComputeTiming:
         timing = ComputeTiming(start_ns=time.monotonic_ns())

@@ -155,7 +155,9 @@ class Model:
         # The loop hands requests to idle instances itself and each execution starts and
         # finishes on the loop (a process-mode Python model): no instance thread, and no
         # thread wake-up, on a request's path. (A rate-limited execution waits for its slot
-        # on the instance's thread.)
+        # on the instance's thread.) Only the default scheduler holds requests for the loop:
+        # the dynamic batcher forms its batches for the instance's thread, where sending a
+        # second batch before the first has finished would only make batches smaller.
         self._loop_dispatch = (
             backend_model.loop_dispatch
             and self._scheduler.holds_for_loop
@@ -303,16 +305,20 @@ class Model:
             self._dispatch_held()
 
     def _dispatch_held(self) -> None:
-        """Start held requests on idle instances (``loop_dispatch``), oldest first; called
-        when one arrives and when an execution finishes. Not re-entered: a batch that
-        fails at once finishes inside ``begin_claimed``, and the outer call goes on."""
+        """Start held requests on idle instances (``loop_dispatch``), oldest first, then
+        behind a batch in flight on instances with room (``claim_next``); called when one
+        arrives and when an execution finishes. Not re-entered: a batch that fails at
+        once finishes inside ``begin_claimed``, and the outer call goes on."""
         if self._dispatching:
             return
         self._dispatching = True
         try:
             scheduler = self._scheduler
+            instances = self._instances
             while scheduler.pending_count():
-                instance = next((i for i in self._instances if i.claim()), None)
+                instance = next((i for i in instances if i.claim()), None) or next(
+                    (i for i in instances if i.claim_next()), None
+                )
                 if instance is None:
                     return
                 request = scheduler.take_held()

@@ -188,7 +188,10 @@ class PythonBackend(Backend):
                 raise InternalError(f"Python model file not found in '{path}'")
             interpreter = interpreter_for(spec.parameters.get(ENV_PARAMETER, ""), location)
             model_config = json.dumps(config_to_json_dict(config))
-            return ProcessModel(spec, model_config, location, interpreter, self._waits)
+            calls_server = _SERVER_CALL.search(path.read_text(errors="replace")) is not None
+            return ProcessModel(
+                spec, model_config, location, interpreter, self._waits, calls_server=calls_server
+            )
         module, importer = _import_model_module(path, location)
         try:
             return PythonModel(

@@ -5,8 +5,10 @@ the default), or implied by ``EXECUTION_ENV_PATH``. The server side of one insta
 
 * spawns the worker (``process_worker``) with the model's own interpreter when it has an
   environment (``process_env``), hands it the model's config and the input arena;
-* per batch, writes the inputs into its arena, sends their offsets and waits for the
-  worker's answer; decoupled responses stream back as they are sent;
+* per batch, writes the inputs into an arena, sends their offsets and waits for the
+  worker's answer; decoupled responses stream back as they are sent. Batches started from
+  the loop may be two in flight (``PIPELINE_DEPTH``): while the worker executes one, the
+  next waits in its socket, with its inputs in the other of two input arenas;
 * a reader thread notices the worker's death at once (its socket closes): the in-flight
   requests answer an error naming the model, the model is not ready, and the worker is
   started again with backoff. A watchdog kills a worker whose execute runs past
@@ -27,9 +29,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
 from pytriton_core.backends.custom_metrics import (
@@ -68,6 +71,9 @@ _START_TIMEOUT_S = 120.0
 _WATCH_INTERVAL_S = 0.05
 _MAX_BACKOFF_S = 5.0
 _DEATH_REPORT_S = 2.0  # how long the loop waits for a dead worker's cause
+# Batches started from the loop that may be in flight on one instance: one executing, the
+# next waiting in the worker's socket (docs/architecture.md, "Where executions run").
+PIPELINE_DEPTH = 2
 
 _BOOTSTRAP = (
     "import sys, json; sys.path.extend(json.loads(sys.argv[3])); "
@@ -160,8 +166,11 @@ class ProcessModel(BackendModel):
         location: ModelLocation,
         interpreter: str,
         waits: InstanceWaits,
+        *,
+        calls_server: bool = False,
     ) -> None:
-        """``waits``: the server's record of Python-model instances waiting on BLS."""
+        """``waits``: the server's record of Python-model instances waiting on BLS.
+        ``calls_server``: the model's file names a call of the server (BLS)."""
         self.spec = spec
         self.waits = waits
         self.key = (location.name, location.version)
@@ -183,6 +192,10 @@ class ProcessModel(BackendModel):
         # Batches start and finish on the server's loop (``ProcessInstance.begin``); a
         # decoupled model's batches stay on the instance's thread.
         self.loop_dispatch = not spec.decoupled
+        # A batch waiting behind one that calls the server (BLS) could be the very request
+        # that call waits for, through a model calling back: such models keep one batch in
+        # flight (also from the first call on, ``server_called``, when the file hid it).
+        self.loop_depth = 1 if calls_server else PIPELINE_DEPTH
         # Replaced whole under the lock, never changed in place: ``healthy`` (asked on
         # each request) reads it without taking the lock.
         self._instances: tuple[ProcessInstance, ...] = ()
@@ -190,6 +203,10 @@ class ProcessModel(BackendModel):
 
     def healthy(self) -> bool:
         return all(instance.up for instance in self._instances)
+
+    def server_called(self) -> None:
+        """A worker called the server: one batch in flight per instance from now on."""
+        self.loop_depth = 1
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         init = {
@@ -214,14 +231,18 @@ class _Worker:
     instance's thread and the worker's main thread, which each wait on it directly (no
     other thread on a request's path); ``events`` carries the rest (responses sent from
     model code, BLS, cancellations, heartbeats), read by a thread on each side, which also
-    sees the worker's death at once. Each direction of each connection has its own arena.
+    sees the worker's death at once. Each direction of each connection has its own arena
+    (the batches' inputs two: one per batch in flight, ``_place``).
     """
 
     def __init__(self, model: ProcessModel, name: str, init: Mapping[str, Any]) -> None:
         self.name = name
-        self.channel, theirs = channel_pair(alternating=True)
+        self.channel, theirs = channel_pair()
         self.events, their_events = channel_pair()
-        self.inputs = Arena.create(0)
+        # The batches' inputs: the arena of each slot (``_place``). Two batches in flight
+        # use the two slots, so the next one's inputs never overwrite those the worker is
+        # reading; the second arena is made when first needed.
+        self.inputs = [Arena.create(0)]
         self.calls = ServedCalls(self.events, model.server, model.waits, Caller(model.key, name))
         paths = [p for p in sys.path if p]
         fds = [theirs.fileno(), their_events.fileno()]
@@ -245,12 +266,12 @@ class _Worker:
         # The loop that reads ``channel`` once a batch was started there (``begin``): it
         # then owns the socket, and closes it when the worker is gone.
         self.watched: asyncio.AbstractEventLoop | None = None
-        # The batch started on the loop and not answered yet: its requests and callback.
-        self.pending: tuple[Sequence[InferenceRequest], ComputeTiming, Finished] | None = None
+        # The batches started on the loop and not answered yet, oldest (executing) first.
+        self.pending: deque[_Begun] = deque()
         answers = self.calls.writer.arena
         self.channel.send(
-            {**init, "arena_size": self.inputs.size, "answers_size": answers.size},
-            [self.inputs.fd, answers.fd],
+            {**init, "arena_size": self.inputs[0].size, "answers_size": answers.size},
+            [self.inputs[0].fd, answers.fd],
         )
 
     def handshake(self) -> None:
@@ -275,8 +296,7 @@ class _Worker:
             if self.watched is None:  # else the loop closes it once it has read the end
                 self.channel.close()
         self.events.close()
-        self.inputs.close()
-        for arena in (self.outputs, self.event_outputs):
+        for arena in (*self.inputs, self.outputs, self.event_outputs):
             if arena is not None:
                 arena.close()
 
@@ -415,6 +435,7 @@ class ProcessInstance(BackendInstance):
                 if kind == "send":
                     self._stream(worker, message, _responses(worker.event_outputs, message))
                 else:
+                    self._model.server_called()
                     tensors = (
                         take_tensors(worker.event_outputs, message) if kind == "bls_submit" else []
                     )
@@ -466,7 +487,7 @@ class ProcessInstance(BackendInstance):
             raise UnavailableError(
                 f"model instance '{self._spec.name}': its worker process is restarting"
             )
-        batch, fds = self._place(worker, requests)
+        batch, fds = self._place(worker, requests, 0)
         if self._model.decoupled:
             with worker.lock:
                 for item, request in zip(batch, requests, strict=True):
@@ -476,9 +497,7 @@ class ProcessInstance(BackendInstance):
                 request.loop.call_soon_threadsafe(request.on_cancel, _cancel_hook(worker, item[1]))
         worker.executing_since = time.monotonic()
         try:
-            worker.channel.send(
-                {"kind": "execute", "batch": batch, "arena_size": worker.inputs.size}, fds
-            )
+            worker.channel.send(_execute_message(worker, batch, 0), fds)
             timing.mark_input_done()
             done, fds = worker.channel.recv()
         except ChannelClosed:
@@ -494,7 +513,9 @@ class ProcessInstance(BackendInstance):
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming, finished: Finished
     ) -> None:
         """Send the batch from the loop; the loop reads the answer when it comes
-        (``_on_answer``), so neither waits on the other."""
+        (``_on_answer``), so neither waits on the other. With a batch in flight already
+        (``loop_depth``), this one waits in the worker's socket, its inputs in the other
+        slot's arena, and the worker starts it once it has answered the one before."""
         worker = self._worker
         if not self.up:
             raise UnavailableError(
@@ -505,31 +526,44 @@ class ProcessInstance(BackendInstance):
             with worker.lock:
                 worker.watched = loop
             loop.add_reader(worker.channel.fileno(), self._on_answer, worker)
-        batch, fds = self._place(worker, requests)
+        pending = worker.pending
+        slot = 1 - pending[0].slot if pending else 0  # the one the batch in flight leaves
+        batch, fds = self._place(worker, requests, slot)
         for item, request in zip(batch, requests, strict=True):
             request.on_cancel(_cancel_hook(worker, item[1]))
-        worker.pending = (requests, timing, finished)
-        worker.executing_since = time.monotonic()
+        if not pending:  # else it starts when the one before is answered (``_on_answer``)
+            worker.executing_since = time.monotonic()
+        pending.append(_Begun(requests, timing, finished, slot))
         try:
-            worker.channel.send(
-                {"kind": "execute", "batch": batch, "arena_size": worker.inputs.size}, fds
-            )
+            worker.channel.send(_execute_message(worker, batch, slot), fds)
         except ChannelClosed:
             return  # the loop reads the connection's end and fails the batch there
         timing.mark_input_done()
 
     def _on_answer(self, worker: _Worker) -> None:
-        """On the loop: the worker's answer to the batch ``begin`` sent, or its end."""
-        try:
-            done, fds = worker.channel.recv()
-        except ChannelClosed:
-            self._unwatch(worker)
+        """On the loop: the worker's answers to the batches ``begin`` sent, or its end.
+        Two answers may come in one read: the second is taken before the loop waits on the
+        socket again, which would not wake it for that one."""
+        channel = worker.channel
+        while True:
+            try:
+                done, fds = channel.recv()
+            except ChannelClosed:
+                self._unwatch(worker)
+                return
+            self._answer(worker, done, fds)
+            if not channel.buffered():
+                return
+
+    def _answer(self, worker: _Worker, done: dict[str, Any], fds: list[int]) -> None:
+        """The worker's answer to its oldest batch in flight; the next one, if any, is
+        executing from now on (its execute timeout counts from here)."""
+        pending = worker.pending
+        begun = pending.popleft() if pending else None
+        worker.executing_since = time.monotonic() if pending else 0.0
+        if begun is None:
             return
-        pending, worker.pending = worker.pending, None
-        worker.executing_since = 0.0
-        if pending is None:
-            return
-        requests, timing, finished = pending
+        requests, timing, finished, _slot = begun
         timing.mark_infer_done()
         try:
             outcome: Sequence[InferenceResponse | None] | ServerError = _answered(
@@ -545,28 +579,37 @@ class ProcessInstance(BackendInstance):
         assert worker.watched is not None
         worker.watched.remove_reader(worker.channel.fileno())
         worker.channel.close()
-        pending, worker.pending = worker.pending, None
+        stranded = [begun.finished for begun in worker.pending]
+        worker.pending.clear()
         worker.executing_since = 0.0
-        if pending is not None:
+        if stranded:
             # The events reader sees the same end at once and names the cause; the loop
             # looks again shortly rather than wait for it (other models keep being served).
-            _fail_once_reported(worker, pending[2], time.monotonic() + _DEATH_REPORT_S)
+            _fail_once_reported(worker, stranded, time.monotonic() + _DEATH_REPORT_S)
 
     def _place(
-        self, worker: _Worker, requests: Sequence[InferenceRequest]
+        self, worker: _Worker, requests: Sequence[InferenceRequest], slot: int
     ) -> tuple[list[BatchItem], list[int]]:
-        """Write the batch's inputs into the arena (grown first if they do not fit); the
-        batch's items: each request's header, key and input tensors' places."""
+        """Write the batch's inputs into the arena of ``slot`` (made, or grown, first if
+        they do not fit); the batch's items: each request's header, key and input tensors'
+        places. The batch that used the slot last has been answered: its worker is done
+        with its inputs."""
         tensors = [t for r in requests for t in r.inputs.values()]
         encoded = [Arena.encoded(t) for t in tensors]
         offsets, end = layout([n for _, n in encoded], 0)
         fds: list[int] = []
-        if end > worker.inputs.size:
-            worker.inputs.close()
-            worker.inputs = Arena.create(max(end, worker.inputs.size * 2))
-            fds = [worker.inputs.fd]
+        arenas = worker.inputs
+        if slot == len(arenas):
+            arenas.append(Arena.create(end))
+            fds = [arenas[slot].fd]
+        elif end > arenas[slot].size:
+            grown = Arena.create(max(end, arenas[slot].size * 2))
+            arenas[slot].close()
+            arenas[slot] = grown
+            fds = [grown.fd]
+        arena = arenas[slot]
         refs = iter(
-            worker.inputs.write(offset, tensor, data, nbytes)
+            arena.write(offset, tensor, data, nbytes)
             for offset, tensor, (data, nbytes) in zip(offsets, tensors, encoded, strict=True)
         )
         batch = []
@@ -578,16 +621,36 @@ class ProcessInstance(BackendInstance):
         return batch, fds
 
 
-def _fail_once_reported(worker: _Worker, finished: Finished, deadline: float) -> None:
-    """On the loop: fail a dead worker's batch with the cause its death is reported with,
-    once the events reader has it (or ``deadline`` has passed)."""
+class _Begun(NamedTuple):
+    """A batch started on the loop (``begin``) and not answered yet."""
+
+    requests: Sequence[InferenceRequest]
+    timing: ComputeTiming
+    finished: Finished
+    slot: int  # which input arena holds its inputs
+
+
+def _execute_message(worker: _Worker, batch: list[BatchItem], slot: int) -> dict[str, Any]:
+    return {
+        "kind": "execute",
+        "batch": batch,
+        "slot": slot,
+        "arena_size": worker.inputs[slot].size,
+    }
+
+
+def _fail_once_reported(worker: _Worker, stranded: list[Finished], deadline: float) -> None:
+    """On the loop: fail a dead worker's batches (oldest first) with the cause its death
+    is reported with, once the events reader has it (or ``deadline`` has passed)."""
     if not worker.dead.is_set() and time.monotonic() < deadline:
         assert worker.watched is not None
         worker.watched.call_later(
-            _WATCH_INTERVAL_S, _fail_once_reported, worker, finished, deadline
+            _WATCH_INTERVAL_S, _fail_once_reported, worker, stranded, deadline
         )
         return
-    finished(InternalError(worker.death_text or "the model's worker process died"))
+    error = InternalError(worker.death_text or "the model's worker process died")
+    for finished in stranded:
+        finished(error)
 
 
 def _answered(

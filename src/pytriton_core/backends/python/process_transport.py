@@ -28,6 +28,7 @@ import struct
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,15 +41,16 @@ from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
 
-_LENGTH = struct.Struct("<Q")
+# A message's header: its payload's length and how many descriptors came with it.
+_HEADER = struct.Struct("<II")
 _ALIGN = 64
 HEADER_BYTES = 64  # the worker arena's header: bytes written, bytes taken (two u64)
 _COUNTERS = struct.Struct("<QQ")
 MIN_ARENA_BYTES = 1 << 20
-_ALTERNATING_READ = 16384  # a batch's or an answer's control message mostly fits
+_READ = 16384  # one read: a control message mostly fits, and often the next one too
 
 
-_MAX_FDS = 8  # descriptors one message may carry (two at most are sent)
+_MAX_FDS = 8  # descriptors one read may bring (two at most are sent with a message)
 _FDS_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
 
 
@@ -66,68 +68,82 @@ class ChannelClosed(Exception):
 
 
 class Channel:
-    """One end of the control connection. ``send`` may be called from several threads.
+    """One end of a control connection. ``send`` may be called from several threads;
+    ``recv`` from one at a time.
 
-    ``alternating``: the two sides take turns (a batch, then its answer), so the peer never
-    has a second message on the way while one is read: ``recv`` then reads a small message
-    whole in one system call (the length prefix and the payload together), instead of the
-    prefix first. Elsewhere it reads the prefix exactly, so descriptors passed with one
-    message are never read with the end of the one before.
+    ``recv`` reads up to ``_READ`` bytes at once: usually a whole message in one system
+    call, and sometimes the next ones too (a worker with two batches in flight finds both
+    in one read), which wait in ``_data`` for the following calls (``buffered``). The
+    header says how many descriptors each message carries, so descriptors that a read
+    brings early (the kernel hands them over with the first byte of their message) wait in
+    ``_fds`` until their message is taken.
     """
 
-    def __init__(self, sock: socket.socket, alternating: bool = False) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._send_lock = threading.Lock()
-        self._first_read = _ALTERNATING_READ if alternating else _LENGTH.size
+        self._data = b""  # bytes received and not yet taken: from a message's start
+        self._fds: deque[int] = deque()  # descriptors received and not yet taken, in order
 
     def fileno(self) -> int:
         return self._sock.fileno()
 
     def send(self, message: Any, fds: Sequence[int] = ()) -> None:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        # One system call for the prefix, the payload and any descriptors (no joined copy);
+        # One system call for the header, the payload and any descriptors (no joined copy);
         # what a full socket buffer leaves over goes after it.
-        parts = [_LENGTH.pack(len(payload)), payload]
+        parts = [_HEADER.pack(len(payload), len(fds)), payload]
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         with self._send_lock:
             try:
                 sent = self._sock.sendmsg(parts, ancillary)
-                if sent < _LENGTH.size + len(payload):
+                if sent < _HEADER.size + len(payload):
                     self._sock.sendall((parts[0] + payload)[sent:])
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
 
+    def buffered(self) -> bool:
+        """Whether a whole message was already read: ``recv`` returns it without waiting
+        (a reader woken by the socket takes these before it waits for the socket again)."""
+        data = self._data
+        if len(data) < _HEADER.size:
+            return False
+        length: int = _HEADER.unpack_from(data)[0]
+        return len(data) >= _HEADER.size + length
+
     def recv(self) -> tuple[Any, list[int]]:
         """The next message and the descriptors that came with it (the caller owns them)."""
+        data = self._data
+        if len(data) < _HEADER.size:
+            data += self._receive(_READ)
+            while len(data) < _HEADER.size:
+                data += self._receive(_READ)
+        length, count = _HEADER.unpack_from(data)
+        end = _HEADER.size + length
+        if len(data) < end:
+            chunks = [data]
+            have = len(data)
+            while have < end:
+                chunk = self._receive(max(end - have, _READ))
+                chunks.append(chunk)
+                have += len(chunk)
+            data = b"".join(chunks)
+        message = pickle.loads(memoryview(data)[_HEADER.size : end])
+        self._data = data[end:] if len(data) > end else b""
+        if len(self._fds) < count:
+            raise ChannelClosed("a message came without the descriptors it names")
+        return message, [self._fds.popleft() for _ in range(count)]
+
+    def _receive(self, size: int) -> bytes:
         try:
-            head, ancillary, _flags, _addr = self._sock.recvmsg(self._first_read, _FDS_SPACE)
+            data, ancillary, _flags, _addr = self._sock.recvmsg(size, _FDS_SPACE)
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
-        if not head:
+        if ancillary:
+            self._fds.extend(_descriptors(ancillary))
+        if not data:
             raise ChannelClosed("connection closed")
-        fds = _descriptors(ancillary) if ancillary else []
-        if len(head) < _LENGTH.size:
-            head = head + self._read(_LENGTH.size - len(head))
-        (length,) = _LENGTH.unpack_from(head)
-        payload = memoryview(head)[_LENGTH.size :]
-        if len(payload) > length:  # the peer did not take turns: a broken protocol
-            raise ChannelClosed("a second message came before the first was answered")
-        if len(payload) < length:
-            return pickle.loads(bytes(payload) + self._read(length - len(payload))), fds
-        return pickle.loads(payload), fds
-
-    def _read(self, count: int) -> bytes:
-        chunks = []
-        while count > 0:
-            try:
-                chunk = self._sock.recv(min(count, 1 << 20))
-            except OSError as exc:
-                raise ChannelClosed(str(exc)) from None
-            if not chunk:
-                raise ChannelClosed("connection closed")
-            chunks.append(chunk)
-            count -= len(chunk)
-        return b"".join(chunks)
+        return data
 
     def close(self) -> None:
         try:
@@ -135,12 +151,14 @@ class Channel:
         except OSError:
             pass
         self._sock.close()
+        while self._fds:  # received for messages never taken
+            os.close(self._fds.popleft())
 
 
-def channel_pair(alternating: bool = False) -> tuple[Channel, socket.socket]:
+def channel_pair() -> tuple[Channel, socket.socket]:
     """The server's channel and the socket to hand to the worker."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    return Channel(ours, alternating), theirs
+    return Channel(ours), theirs
 
 
 def _shared_file(size: int) -> int:

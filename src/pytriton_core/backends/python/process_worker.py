@@ -79,6 +79,11 @@ class _Worker:
         self._writer = ResponseWriter(channel)  # the batches' answers
         self._event_writer = ResponseWriter(events)  # responses sent by model code, BLS
         self._live: dict[int, _WorkerRequest] = {}
+        # A cancellation can come before its batch is read: the batch waits in the socket
+        # behind the one executing (two in flight). Its key is kept until the batch comes.
+        self._live_lock = threading.Lock()
+        self._newest_key = 0  # the newest request read from a batch
+        self._cancelled_early: set[int] = set()
         # The model's custom metrics; the server adds their changes to its own registry.
         self._metrics = MetricRegistry()
         self._metrics_lock = threading.Lock()
@@ -86,7 +91,8 @@ class _Worker:
 
     def run(self) -> None:
         init, fds = self._channel.recv()
-        self._inputs = Arena(fds[0], init["arena_size"])
+        # The server's input arenas, one per slot (``process_instance._place``).
+        self._inputs = [Arena(fds[0], init["arena_size"])]
         answers = Arena(fds[1], init["answers_size"])
         self._calls = WorkerCalls(self._events, self._event_writer, answers)
         try:
@@ -150,28 +156,49 @@ class _Worker:
                 if self._calls.dispatch(message, fds):
                     continue
                 if message["kind"] == "cancel":
-                    request = self._live.get(message["key"])
-                    if request is not None:
-                        request.cancel()
+                    self._cancel(message["key"])
         except ChannelClosed:
             os._exit(0)  # the server is gone: nothing to answer to
 
+    def _cancel(self, key: int) -> None:
+        with self._live_lock:
+            request = self._live.get(key)
+            if request is None and key > self._newest_key:  # its batch is not read yet
+                self._cancelled_early.add(key)
+        if request is not None:
+            request.cancel()
+
     def _execute(self, instance: Any, message: dict[str, Any], fds: list[int]) -> None:
-        if fds:  # the server's arena grew
-            self._inputs.close()
-            self._inputs = Arena(fds[0], message["arena_size"])
+        slot = message["slot"]
+        if fds:  # the server made the slot's arena, or grew it
+            arena = Arena(fds[0], message["arena_size"])
+            if slot == len(self._inputs):
+                self._inputs.append(arena)
+            else:
+                self._inputs[slot].close()
+                self._inputs[slot] = arena
+        inputs_arena = self._inputs[slot]
         copy = self._decoupled  # a decoupled model may read its inputs after execute
         requests = []
         for header, key, refs in message["batch"]:
-            inputs = [self._inputs.read(ref, copy) for ref in refs]
+            inputs = [inputs_arena.read(ref, copy) for ref in refs]
             request = _WorkerRequest(
                 **request_fields(header, inputs),
                 key=key,
                 writer=self._event_writer,
                 live=self._live if self._decoupled else None,
             )
-            self._live[request.key] = request
             requests.append(request)
+        with self._live_lock:
+            for request in requests:
+                self._live[request.key] = request
+            self._newest_key = requests[-1].key if requests else self._newest_key
+            early = self._cancelled_early
+            cancelled = [r for r in requests if r.key in early] if early else []
+            for request in cancelled:
+                early.discard(request.key)
+        for request in cancelled:
+            request.cancel()
         done: dict[str, Any] = {"kind": "done", "failure": None, "responses": []}
         outputs = []
         try:
@@ -222,5 +249,5 @@ def auto_complete(asked: str, answer: str) -> None:
 
 
 def main(fd: int, events_fd: int) -> None:
-    channel = Channel(socket.socket(fileno=fd), alternating=True)
+    channel = Channel(socket.socket(fileno=fd))
     _Worker(channel, Channel(socket.socket(fileno=events_fd))).run()
