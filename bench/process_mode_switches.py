@@ -24,16 +24,6 @@ from bench.toolbox import discover
 MODEL = "identity_proc"
 
 
-def context_switches(pid: int) -> int:
-    """Voluntary and involuntary context switches so far, over every thread of ``pid``."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for line in (task / "status").read_text().splitlines():
-            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                total += int(line.split()[1])
-    return total
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=3)
@@ -54,9 +44,9 @@ def main() -> None:
             server_pid, *workers = procstats.process_tree(server.process.pid)
             pids = [server_pid, *workers]
             counted = server.counts(MODEL)
-            before = [(context_switches(p), procstats.cpu_seconds(p)) for p in pids]
+            before = [(procstats.context_switches(p), procstats.cpu_seconds(p)) for p in pids]
             value = throughput(perf, server.http_url, MODEL, 4, args.interval_ms)
-            after = [(context_switches(p), procstats.cpu_seconds(p)) for p in pids]
+            after = [(procstats.context_switches(p), procstats.cpu_seconds(p)) for p in pids]
             now = server.counts(MODEL)
             assert counted is not None and now is not None
             requests = now.requests - counted.requests

@@ -65,6 +65,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def context_switches(pid: int) -> int:
+    """Voluntary and involuntary context switches so far, over every thread of ``pid`` (0
+    when it is gone)."""
+    total = 0
+    try:
+        for task in (PROC / str(pid) / "task").iterdir():
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    except OSError:  # gone meanwhile: what was counted
+        pass
+    return total
+
+
 def _status_kib(pid: int, key: str) -> int:
     try:
         with open(PROC / str(pid) / "status") as status:
