@@ -661,6 +661,14 @@ def test_perf_analyzer_runs_sequences(server: ServerHandle, protocol: str) -> No
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    assert not re.search(r"error|fail", output, re.IGNORECASE), output
+    if result.returncode != 0 or re.search(r"error|fail", output, re.IGNORECASE):
+        # perf_analyzer names one error per thread, maybe not the first: say how many
+        # requests the server failed, and what it logged (an intermittent failure seen
+        # once under heavy load left nothing else to go on).
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            stats = client.get_inference_statistics("acc_direct_2")["model_stats"]
+        failures = [entry["inference_stats"]["fail"] for entry in stats]
+        pytest.fail(
+            f"{output}\nserver failures: {failures}\nserver log tail:\n{server.log()[-4000:]}"
+        )
     assert re.search(r"Concurrency: 4, throughput: [1-9]", output), output
