@@ -56,6 +56,13 @@ def _windows(text: str) -> int:
     return value
 
 
+def _workers(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("at least 1 worker")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -93,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "wrk", "python"),
         default="auto",
         help="the common HTTP load generator (auto: wrk when installed)",
+    )
+    parser.add_argument(
+        "--ours-workers",
+        type=_workers,
+        default=1,
+        help="run pytriton-core with --workers N (default 1: one process, one event loop); "
+        "the report's command line says which",
     )
     parser.add_argument(
         "--no-install",
@@ -149,6 +163,7 @@ def run(args: argparse.Namespace, out: Path) -> int:
         out=out,
         windows=args.windows,
         http_client=args.http_client,
+        ours_workers=args.ours_workers,
     )
     results = Runner(options, toolbox.discover(args.servers)).run()
     write_csv(results, out / "results.csv")

@@ -80,6 +80,7 @@ class RunOptions:
     out: Path
     windows: int
     http_client: str  # "auto", "wrk" or "python"
+    ours_workers: int = 1  # pytriton-core's --workers
 
 
 def log(message: str) -> None:
@@ -218,7 +219,15 @@ class Runner:
                 log(f"starting {LABELS[key]} ({tag} repository)")
                 try:
                     server = stack.enter_context(
-                        run_server(key, repository, self.tools, self.logs, tag, models)
+                        run_server(
+                            key,
+                            repository,
+                            self.tools,
+                            self.logs,
+                            tag,
+                            models,
+                            ours_workers=self.options.ours_workers,
+                        )
                     )
                 except ServerStartError as error:
                     run.status, run.reason = FAILED, str(error).splitlines()[0]

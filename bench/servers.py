@@ -172,7 +172,7 @@ def ours_has_grpc() -> bool:
     return "--grpc-use-ssl" in _our_cli_flags()
 
 
-def _ours_command(repository: Path, http_port: int, grpc_port: int) -> list[str]:
+def _ours_command(repository: Path, http_port: int, grpc_port: int, workers: int = 1) -> list[str]:
     flags = _our_cli_flags()
     command = [
         sys.executable,
@@ -191,6 +191,8 @@ def _ours_command(repository: Path, http_port: int, grpc_port: int) -> list[str]
     if "--allow-client-shm" in flags:
         # Off by default, as in Triton 2.73; the Triton 2.51 under test allows it.
         command.append("--allow-client-shm=true")
+    if workers > 1:  # processes sharing the ports (docs/architecture.md)
+        command.append(f"--workers={workers}")
     return command
 
 
@@ -297,13 +299,15 @@ def run_server(
     log_dir: Path,
     tag: str,
     models: tuple[str, ...] = (MODEL_NAME,),
+    ours_workers: int = 1,
 ) -> Iterator[RunningServer]:
     """Start server ``key`` on ``repository``; stop it (its whole process group) at the end.
 
-    It is ready when it and each of ``models`` say so."""
+    It is ready when it and each of ``models`` say so; pytriton-core runs ``ours_workers``
+    worker processes."""
     http_port, grpc_port = free_ports(2)
     if key == OURS:
-        command = _ours_command(repository, http_port, grpc_port)
+        command = _ours_command(repository, http_port, grpc_port, ours_workers)
     elif key == TRITON:
         assert tools.real_triton_start.path is not None
         command = _triton_command(tools.real_triton_start.path, repository, http_port, grpc_port)
