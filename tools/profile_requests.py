@@ -220,6 +220,9 @@ def _callgrind_window(load: _Load, requests: int) -> None:
     subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-d", "window", pid], check=True, capture_output=True)
     outputs = sorted(Path.cwd().glob(f"callgrind.out.{pid}*"), key=lambda p: p.stat().st_mtime)
+    if not outputs:  # valgrind ran with --callgrind-out-file: the dump is FILE.1
+        print(f"callgrind: dumped; its totals (valgrind's Collected) over {requests} requests")
+        return
     total = 0
     for line in outputs[-1].read_text(errors="replace").splitlines():
         if line.startswith(("summary:", "totals:")):
