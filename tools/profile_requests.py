@@ -3,14 +3,16 @@
     .venv/bin/python tools/profile_requests.py --path http-binary --requests 4000
     .venv/bin/python tools/profile_requests.py --path grpc --cprofile --top 30
     .venv/bin/python tools/profile_requests.py --path http-binary --model pipe_bls --cprofile
+    .venv/bin/python tools/profile_requests.py --path http-binary --model identity_process
     valgrind --tool=callgrind --instr-atstart=no .venv/bin/python tools/profile_requests.py \
         --path http-json --requests 2000 --warmup 300 --rounds 0 --callgrind
 
 The server runs in this process (``pytriton_core.Server`` with its HTTP and gRPC front ends,
-the bench's ``identity_fp32`` repository, or with ``--model pipe_ensemble|pipe_bls`` the
-two-step pipeline of ``bench.pipelines``); the load comes from a client in another process
-(``--concurrency`` keep-alive connections or concurrent gRPC calls, each a closed loop, the
-bench's ``[1, 16]`` FP32 request), so the figures are the server's alone:
+the bench's ``identity_fp32`` repository, with ``--model pipe_ensemble|pipe_bls`` the
+two-step pipeline of ``bench.pipelines``, or with ``--model identity_process`` the identity
+model of ``bench.python_process_mode`` in process mode); the load comes from a client in
+another process (``--concurrency`` keep-alive connections or concurrent gRPC calls, each a
+closed loop, the bench's ``[1, 16]`` FP32 request), so the figures are the server's alone:
 
 - CPU µs per request: this process's CPU time (every thread: the loop, grpc's poller) over a
   window of ``--requests`` requests after ``--warmup`` ones, divided by the requests;
@@ -20,7 +22,9 @@ bench's ``[1, 16]`` FP32 request), so the figures are the server's alone:
   sends some executions to the instance's thread: compare builds with each other);
 - with ``--cprofile``, a second window profiled on the loop's thread (where the front ends,
   the scheduler and an inline ``execute`` run): Python-level calls per request, and the
-  functions with the most calls (``--top``).
+  functions with the most calls (``--top``);
+- with ``--model identity_process``, also the CPU µs per request of the model's worker
+  process (from ``/proc``) over each CPU window.
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from bench import procstats  # noqa: E402
 from bench.payloads import http_body, input_array, prepare_repository  # noqa: E402
 from bench.pipelines import write_repository  # noqa: E402
+from bench.python_process_mode import CONFIG, IDENTITY  # noqa: E402
 from pytriton_core import Server  # noqa: E402
 
 # The client process: reads "go N\n" on stdin, sends N requests over its connections,
@@ -151,6 +157,10 @@ class _Load:
         )
         self._send(_payload(path, port, model).hex())
 
+    @property
+    def pid(self) -> int:
+        return self._client.pid
+
     def _send(self, line: str) -> None:
         assert self._client.stdin is not None
         self._client.stdin.write(line + "\n")
@@ -181,6 +191,26 @@ def _on_loop(server: Server, function: object) -> None:
     done.wait()
 
 
+PROCESS_MODEL = "identity_process"
+
+
+def _process_repository(root: Path) -> Path:
+    """A repository of one model: bench.python_process_mode's identity in process mode."""
+    folder = root / PROCESS_MODEL
+    (folder / "1").mkdir(parents=True)
+    config = CONFIG.format(name=PROCESS_MODEL, count=1, mode="process")
+    (folder / "config.pbtxt").write_text(config)
+    (folder / "1" / "model.py").write_text(IDENTITY)
+    return root
+
+
+def _worker_seconds(load: _Load) -> float:
+    """CPU seconds so far of this process's children other than the load's client: the
+    worker processes of process mode."""
+    tree = procstats.process_tree(os.getpid())[1:]
+    return sum(procstats.cpu_seconds(pid) for pid in tree if pid != load.pid)
+
+
 def _callgrind_window(load: _Load, requests: int) -> None:
     """Switch callgrind's counting on around one window (this process runs under
     ``valgrind --tool=callgrind --instr-atstart=no``), then dump and read its totals."""
@@ -190,6 +220,9 @@ def _callgrind_window(load: _Load, requests: int) -> None:
     subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-d", "window", pid], check=True, capture_output=True)
     outputs = sorted(Path.cwd().glob(f"callgrind.out.{pid}*"), key=lambda p: p.stat().st_mtime)
+    if not outputs:  # valgrind ran with --callgrind-out-file: the dump is FILE.1
+        print(f"callgrind: dumped; its totals (valgrind's Collected) over {requests} requests")
+        return
     total = 0
     for line in outputs[-1].read_text(errors="replace").splitlines():
         if line.startswith(("summary:", "totals:")):
@@ -202,9 +235,10 @@ def main() -> None:
     parser.add_argument("--path", choices=("http-binary", "http-json", "grpc"), required=True)
     parser.add_argument(
         "--model",
-        choices=("identity_fp32", "pipe_ensemble", "pipe_bls"),
+        choices=("identity_fp32", "pipe_ensemble", "pipe_bls", PROCESS_MODEL),
         default="identity_fp32",
-        help="the bench's identity model, or bench.pipelines' two-step pipeline",
+        help="the bench's identity model, bench.pipelines' two-step pipeline, or the "
+        "identity model in process mode",
     )
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--warmup", type=int, default=1000)
@@ -224,6 +258,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         if args.model == "identity_fp32":
             repository = prepare_repository(Path(work), dynamic_batching=False)
+        elif args.model == PROCESS_MODEL:
+            repository = _process_repository(Path(work) / "process")
         else:
             repository = write_repository(Path(work) / "pipelines")
         http_port, grpc_port = _free_port(), _free_port()
@@ -239,9 +275,9 @@ def main() -> None:
             try:
                 load.run(args.warmup)
                 for _ in range(args.rounds):
-                    start = os.times()
+                    start, worker_start = os.times(), _worker_seconds(load)
                     load.run(args.requests)
-                    end = os.times()
+                    end, worker_end = os.times(), _worker_seconds(load)
                     rate = args.requests / (end.elapsed - start.elapsed)
                     cpu = (end.user - start.user) + (end.system - start.system)
                     print(
@@ -249,6 +285,9 @@ def main() -> None:
                         f"(user {(end.user - start.user) / args.requests * 1e6:.1f}, "
                         f"{args.requests} requests, c{args.concurrency}, {rate:.0f}/s)"
                     )
+                    if args.model == PROCESS_MODEL:
+                        worker = (worker_end - worker_start) / args.requests * 1e6
+                        print(f"{args.path}: worker process CPU {worker:.1f} µs/request")
                 if args.callgrind:
                     _callgrind_window(load, args.requests)
                 if args.cprofile:

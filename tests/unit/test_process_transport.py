@@ -11,15 +11,18 @@ import pytest
 
 from pytriton_core import types
 from pytriton_core.backends.python.process_transport import (
+    HEADER_BYTES,
     Arena,
     Channel,
     ChannelClosed,
+    ResponseWriter,
     build_response,
     channel_pair,
     layout,
     request_fields,
     request_header,
     response_header,
+    take_responses,
 )
 from pytriton_core.errors import InvalidArgumentError
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
@@ -160,3 +163,75 @@ def test_request_and_response_headers_round_trip() -> None:
     header = response_header(ok)
     assert header[2] == 1
     assert build_response(header, [tensor]).parameters == {"q": "v"}
+
+
+def _answer_tensors() -> list[Tensor]:
+    fp32, bytes_type = types.BY_WIRE_NAME["FP32"], types.BY_WIRE_NAME["BYTES"]
+    return [
+        Tensor("A", fp32, np.arange(3, dtype=np.float32)),
+        Tensor("EMPTY", fp32, np.zeros((0, 4), np.float32)),
+        Tensor("B", bytes_type, np.array([b"x", b"", b"yz"], dtype=object)),
+        Tensor("C", types.BY_WIRE_NAME["INT64"], np.arange(100, dtype=np.int64).reshape(4, 25)),
+    ]
+
+
+def _same_response(got: InferenceResponse | None, expected: InferenceResponse | None) -> None:
+    if expected is None:
+        assert got is None
+        return
+    assert got is not None
+    assert got.parameters == expected.parameters
+    assert (got.error is None) == (expected.error is None)
+    if expected.error is not None and got.error is not None:
+        assert (got.error.code, got.error.message) == (expected.error.code, expected.error.message)
+    assert [(t.name, t.datatype, t.data.shape) for t in got.outputs] == [
+        (t.name, t.datatype, t.data.shape) for t in expected.outputs
+    ]
+    for mine, theirs in zip(got.outputs, expected.outputs, strict=True):
+        assert mine.data.dtype == theirs.data.dtype
+        assert mine.data.tolist() == theirs.data.tolist()  # BYTES: the values, not pointers
+
+
+def test_an_answer_reads_back_as_the_general_path_builds_it() -> None:
+    """The writer places an answer's tensors where ``layout`` does (one after the other, on
+    ``ALIGN``), and ``take_responses`` gives the responses that ``build_response`` over
+    each tensor read gives, counting the answer's span as taken in the shared header."""
+    worker_end, server_end = _pair()
+    writer = ResponseWriter(worker_end)
+    mapped = Arena(os.dup(writer.arena.fd), writer.arena.size)  # the server's own mapping
+    try:
+        tensors = _answer_tensors()
+        responses: list[InferenceResponse | None] = [
+            InferenceResponse(outputs=tensors[:2], parameters={"p": 1}),
+            None,
+            InferenceResponse.failed(InvalidArgumentError("no")),
+            InferenceResponse(outputs=tensors[2:]),
+        ]
+        headers = [None if r is None else response_header(r) for r in responses]
+        sizes = [Arena.encoded(t)[1] for t in tensors]
+        start, written = HEADER_BYTES, 0
+        for _ in range(2):  # the second answer follows the first in the arena
+            writer.send({"kind": "done", "responses": headers}, tensors)
+            message, fds = server_end.recv()
+            assert fds == []
+            offsets, end = layout(sizes, start)
+            assert [ref[3] for ref in message["outputs"]] == offsets
+            assert [ref[4] for ref in message["outputs"]] == sizes
+            assert message["span"] == end - start
+            written += end - start
+            assert mapped.counters() == (written, written - message["span"])
+            general = [mapped.read(ref, copy=True) for ref in message["outputs"]]
+            counts = [0 if h is None else h[2] for h in headers]
+            expected = [
+                None if h is None else build_response(h, general[sum(counts[:i]) :][: h[2]])
+                for i, h in enumerate(headers)
+            ]
+            got = take_responses(mapped, headers, message)
+            for mine, theirs in zip(got, expected, strict=True):
+                _same_response(mine, theirs)
+            assert mapped.counters() == (written, written)
+            start = end
+    finally:
+        mapped.close()
+        worker_end.close()
+        server_end.close()

@@ -316,9 +316,18 @@ class Model:
             scheduler = self._scheduler
             instances = self._instances
             while scheduler.pending_count():
-                instance = next((i for i in instances if i.claim()), None) or next(
-                    (i for i in instances if i.claim_next()), None
-                )
+                # An idle instance first, else one with room behind its batch in flight
+                # (plain loops, no generators: each request passes here twice).
+                instance = None
+                for candidate in instances:
+                    if candidate.claim():
+                        instance = candidate
+                        break
+                else:
+                    for candidate in instances:
+                        if candidate.claim_next():
+                            instance = candidate
+                            break
                 if instance is None:
                     return
                 request = scheduler.take_held()

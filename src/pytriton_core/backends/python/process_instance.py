@@ -31,8 +31,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
 from pytriton_core.backends.custom_metrics import (
@@ -43,13 +44,13 @@ from pytriton_core.backends.custom_metrics import (
 from pytriton_core.backends.python.bls import Caller, InstanceWaits
 from pytriton_core.backends.python.process_calls import ServedCalls
 from pytriton_core.backends.python.process_transport import (
+    ALIGN,
     Arena,
     BatchItem,
     ChannelClosed,
-    build_response,
     channel_pair,
-    layout,
     request_header,
+    take_responses,
     take_tensors,
 )
 from pytriton_core.config import ModelSpec
@@ -202,7 +203,11 @@ class ProcessModel(BackendModel):
         self._lock = threading.Lock()
 
     def healthy(self) -> bool:
-        return all(instance.up for instance in self._instances)
+        # Asked on each request: a plain loop, no generator.
+        for instance in self._instances:
+            if not instance.up:
+                return False
+        return True
 
     def server_called(self) -> None:
         """A worker called the server: one batch in flight per instance from now on."""
@@ -433,7 +438,8 @@ class ProcessInstance(BackendInstance):
                 if kind == "heartbeat":
                     continue
                 if kind == "send":
-                    self._stream(worker, message, _responses(worker.event_outputs, message))
+                    responses = take_responses(worker.event_outputs, [message["response"]], message)
+                    self._stream(worker, message, responses)
                 else:
                     self._model.server_called()
                     tensors = (
@@ -494,7 +500,8 @@ class ProcessInstance(BackendInstance):
                     worker.in_flight[item[1]] = request
         for item, request in zip(batch, requests, strict=True):
             if request.loop is not None:  # cancellation hooks are kept on the loop
-                request.loop.call_soon_threadsafe(request.on_cancel, _cancel_hook(worker, item[1]))
+                hook = partial(_send_cancel, worker.events.send, item[1])
+                request.loop.call_soon_threadsafe(request.on_cancel, hook)
         worker.executing_since = time.monotonic()
         try:
             worker.channel.send(_execute_message(worker, batch, 0), fds)
@@ -527,15 +534,22 @@ class ProcessInstance(BackendInstance):
                 worker.watched = loop
             loop.add_reader(worker.channel.fileno(), self._on_answer, worker)
         pending = worker.pending
-        slot = 1 - pending[0].slot if pending else 0  # the one the batch in flight leaves
+        slot = 1 - pending[0][3] if pending else 0  # the one the batch in flight leaves
         batch, fds = self._place(worker, requests, slot)
+        send_event = worker.events.send
         for item, request in zip(batch, requests, strict=True):
-            request.on_cancel(_cancel_hook(worker, item[1]))
+            request.on_cancel(partial(_send_cancel, send_event, item[1]))
         if not pending:  # else it starts when the one before is answered (``_on_answer``)
             worker.executing_since = time.monotonic()
-        pending.append(_Begun(requests, timing, finished, slot))
+        pending.append((requests, timing, finished, slot))
+        message = {
+            "kind": "execute",
+            "batch": batch,
+            "slot": slot,
+            "arena_size": worker.inputs[slot].size,
+        }  # as ``_execute_message``, without the call
         try:
-            worker.channel.send(_execute_message(worker, batch, slot), fds)
+            worker.channel.send(message, fds)
         except ChannelClosed:
             return  # the loop reads the connection's end and fails the batch there
         timing.mark_input_done()
@@ -543,35 +557,32 @@ class ProcessInstance(BackendInstance):
     def _on_answer(self, worker: _Worker) -> None:
         """On the loop: the worker's answers to the batches ``begin`` sent, or its end.
         Two answers may come in one read: the second is taken before the loop waits on the
-        socket again, which would not wake it for that one."""
+        socket again, which would not wake it for that one.
+
+        Each answer is to the oldest batch in flight; the next one, if any, is executing
+        from then on (its execute timeout counts from there)."""
         channel = worker.channel
+        pending = worker.pending
         while True:
             try:
                 done, fds = channel.recv()
             except ChannelClosed:
                 self._unwatch(worker)
                 return
-            self._answer(worker, done, fds)
+            begun = pending.popleft() if pending else None
+            worker.executing_since = time.monotonic() if pending else 0.0
+            if begun is not None:
+                requests, timing, finished, _slot = begun
+                timing.mark_infer_done()
+                try:
+                    outcome: Sequence[InferenceResponse | None] | ServerError = _answered(
+                        worker, requests, done, fds
+                    )
+                except ServerError as exc:
+                    outcome = exc
+                finished(outcome)
             if not channel.buffered():
                 return
-
-    def _answer(self, worker: _Worker, done: dict[str, Any], fds: list[int]) -> None:
-        """The worker's answer to its oldest batch in flight; the next one, if any, is
-        executing from now on (its execute timeout counts from here)."""
-        pending = worker.pending
-        begun = pending.popleft() if pending else None
-        worker.executing_since = time.monotonic() if pending else 0.0
-        if begun is None:
-            return
-        requests, timing, finished, _slot = begun
-        timing.mark_infer_done()
-        try:
-            outcome: Sequence[InferenceResponse | None] | ServerError = _answered(
-                worker, requests, done, fds
-            )
-        except ServerError as exc:
-            outcome = exc
-        finished(outcome)
 
     def _unwatch(self, worker: _Worker) -> None:
         """The worker's batch connection ended: stop reading it, fail the batch in flight
@@ -579,7 +590,7 @@ class ProcessInstance(BackendInstance):
         assert worker.watched is not None
         worker.watched.remove_reader(worker.channel.fileno())
         worker.channel.close()
-        stranded = [begun.finished for begun in worker.pending]
+        stranded = [begun[2] for begun in worker.pending]
         worker.pending.clear()
         worker.executing_since = 0.0
         if stranded:
@@ -594,9 +605,15 @@ class ProcessInstance(BackendInstance):
         they do not fit); the batch's items: each request's header, key and input tensors'
         places. The batch that used the slot last has been answered: its worker is done
         with its inputs."""
-        tensors = [t for r in requests for t in r.inputs.values()]
-        encoded = [Arena.encoded(t) for t in tensors]
-        offsets, end = layout([n for _, n in encoded], 0)
+        # Two plain loops (each batch comes here): the tensors' places, then, once the
+        # arena is large enough, their copies.
+        placed = []
+        end = 0
+        for request in requests:
+            for tensor in request.inputs.values():
+                data, nbytes = Arena.encoded(tensor)
+                placed.append((end, tensor, data, nbytes))
+                end = (end + nbytes + ALIGN - 1) // ALIGN * ALIGN  # ``aligned``, inline
         fds: list[int] = []
         arenas = worker.inputs
         if slot == len(arenas):
@@ -607,27 +624,24 @@ class ProcessInstance(BackendInstance):
             arenas[slot].close()
             arenas[slot] = grown
             fds = [grown.fd]
-        arena = arenas[slot]
-        refs = iter(
-            arena.write(offset, tensor, data, nbytes)
-            for offset, tensor, (data, nbytes) in zip(offsets, tensors, encoded, strict=True)
-        )
+        write = arenas[slot].write
         batch = []
+        position = 0
         for request in requests:
+            refs = []
+            for _name in request.inputs:  # its tensors' places, in the first loop's order
+                offset, tensor, data, nbytes = placed[position]
+                refs.append(write(offset, tensor, data, nbytes))
+                position += 1
             self._next_key += 1
-            batch.append(
-                (request_header(request), self._next_key, [next(refs) for _ in request.inputs])
-            )
+            batch.append((request_header(request), self._next_key, refs))
         return batch, fds
 
 
-class _Begun(NamedTuple):
-    """A batch started on the loop (``begin``) and not answered yet."""
-
-    requests: Sequence[InferenceRequest]
-    timing: ComputeTiming
-    finished: Finished
-    slot: int  # which input arena holds its inputs
+# A batch started on the loop (``begin``) and not answered yet: its requests, timing,
+# ``finished`` and slot (which input arena holds its inputs). A plain tuple: one is made
+# per batch.
+_Begun = tuple[Sequence[InferenceRequest], ComputeTiming, Finished, int]
 
 
 def _execute_message(worker: _Worker, batch: list[BatchItem], slot: int) -> dict[str, Any]:
@@ -661,8 +675,9 @@ def _answered(
     if fds:
         worker.outputs = _regrown(worker.outputs, fds[0])
     worker.last_heard = time.monotonic()
-    worker.metrics.apply(done["metrics"])
-    built = _responses(worker.outputs, done)
+    if done["metrics"]:
+        worker.metrics.apply(done["metrics"])
+    built = take_responses(worker.outputs, done["responses"], done)
     if done["failure"] is not None:
         raise ServerError.from_code(*done["failure"])
     for request, again in zip(requests, done["reschedule"], strict=True):
@@ -674,22 +689,6 @@ def _regrown(arena: Arena, fd: int) -> Arena:
     """The worker's new, larger arena in place of ``arena``."""
     arena.close()
     return Arena(fd, max(os.fstat(fd).st_size, 1))
-
-
-def _responses(arena: Arena, message: dict[str, Any]) -> list[InferenceResponse | None]:
-    """A message's responses, their tensors copied out of the worker's arena."""
-    headers = message["responses"] if message["kind"] == "done" else [message["response"]]
-    tensors = take_tensors(arena, message)
-    built: list[InferenceResponse | None] = []
-    position = 0
-    for header in headers:
-        if header is None:
-            built.append(None)
-            continue
-        count = header[2]
-        built.append(build_response(header, tensors[position : position + count]))
-        position += count
-    return built
 
 
 class _MetricsMirror:
@@ -718,14 +717,12 @@ class _MetricsMirror:
             self._seen[family.name] = family
 
 
-def _cancel_hook(worker: _Worker, key: int) -> Callable[[], None]:
-    def cancel() -> None:
-        try:
-            worker.events.send({"kind": "cancel", "key": key})
-        except ChannelClosed:
-            pass
-
-    return cancel
+def _send_cancel(send_event: Callable[[dict[str, Any]], None], key: int) -> None:
+    """A request's cancel hook (bound to it with ``partial``: no closure per request)."""
+    try:
+        send_event({"kind": "cancel", "key": key})
+    except ChannelClosed:
+        pass
 
 
 def _resident_bytes(pid: int) -> int:

@@ -43,9 +43,9 @@ from pytriton_core.inference.tensor import Tensor
 
 # A message's header: its payload's length and how many descriptors came with it.
 _HEADER = struct.Struct("<II")
-_ALIGN = 64
+_HEADER_BYTES = _HEADER.size
+ALIGN = 64  # where each tensor in an arena starts
 HEADER_BYTES = 64  # the worker arena's header: bytes written, bytes taken (two u64)
-_COUNTERS = struct.Struct("<QQ")
 MIN_ARENA_BYTES = 1 << 20
 _READ = 16384  # one read: a control message mostly fits, and often the next one too
 
@@ -92,12 +92,13 @@ class Channel:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         # One system call for the header, the payload and any descriptors (no joined copy);
         # what a full socket buffer leaves over goes after it.
-        parts = [_HEADER.pack(len(payload), len(fds)), payload]
+        length = len(payload)
+        parts = [_HEADER.pack(length, len(fds)), payload]
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         with self._send_lock:
             try:
                 sent = self._sock.sendmsg(parts, ancillary)
-                if sent < _HEADER.size + len(payload):
+                if sent < _HEADER_BYTES + length:
                     self._sock.sendall((parts[0] + payload)[sent:])
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
@@ -106,33 +107,38 @@ class Channel:
         """Whether a whole message was already read: ``recv`` returns it without waiting
         (a reader woken by the socket takes these before it waits for the socket again)."""
         data = self._data
-        if len(data) < _HEADER.size:
+        if not data:  # the common case: the last read ended with its message
+            return False
+        size = len(data)
+        if size < _HEADER_BYTES:
             return False
         length: int = _HEADER.unpack_from(data)[0]
-        return len(data) >= _HEADER.size + length
+        return size >= _HEADER_BYTES + length
 
     def recv(self) -> tuple[Any, list[int]]:
         """The next message and the descriptors that came with it (the caller owns them)."""
         data = self._data
-        if len(data) < _HEADER.size:
+        size = len(data)
+        while size < _HEADER_BYTES:
             data += self._receive(_READ)
-            while len(data) < _HEADER.size:
-                data += self._receive(_READ)
+            size = len(data)
         length, count = _HEADER.unpack_from(data)
-        end = _HEADER.size + length
-        if len(data) < end:
+        end = _HEADER_BYTES + length
+        if size < end:
             chunks = [data]
-            have = len(data)
-            while have < end:
-                chunk = self._receive(max(end - have, _READ))
+            while size < end:
+                chunk = self._receive(max(end - size, _READ))
                 chunks.append(chunk)
-                have += len(chunk)
+                size += len(chunk)
             data = b"".join(chunks)
-        message = pickle.loads(memoryview(data)[_HEADER.size : end])
-        self._data = data[end:] if len(data) > end else b""
-        if len(self._fds) < count:
+        message = pickle.loads(memoryview(data)[_HEADER_BYTES:end])
+        self._data = data[end:] if size > end else b""
+        if not count:  # most messages carry no descriptors
+            return message, []
+        fds = self._fds
+        if len(fds) < count:
             raise ChannelClosed("a message came without the descriptors it names")
-        return message, [self._fds.popleft() for _ in range(count)]
+        return message, [fds.popleft() for _ in range(count)]
 
     def _receive(self, size: int) -> bytes:
         try:
@@ -188,12 +194,16 @@ class Arena:
         self._view = memoryview(self._map)
         # Arrays over it are read-only views without a flag to set on each one.
         self._readonly = self._view.toreadonly()
+        # The worker arena's header as two u64 (bytes written, bytes taken): read and set
+        # by indexing, with no call per message (native order: both sides are one machine).
+        self._counters = self._view[:16].cast("Q")
 
     @classmethod
     def create(cls, size: int) -> Arena:
         return cls(_shared_file(max(size, MIN_ARENA_BYTES)), max(size, MIN_ARENA_BYTES))
 
     def close(self) -> None:
+        self._counters.release()
         self._readonly.release()
         self._view.release()
         try:
@@ -246,20 +256,19 @@ class Arena:
     # ---------------------------------------------------- the worker's counters
 
     def counters(self) -> tuple[int, int]:
-        written, taken = _COUNTERS.unpack_from(self._map, 0)
-        return int(written), int(taken)
+        counters = self._counters
+        return counters[0], counters[1]
 
     def set_written(self, value: int) -> None:
-        struct.pack_into("<Q", self._map, 0, value)
+        self._counters[0] = value
 
     def add_taken(self, count: int) -> None:
         # Only the server writes this field; the worker only reads it.
-        (taken,) = struct.unpack_from("<Q", self._map, 8)
-        struct.pack_into("<Q", self._map, 8, taken + count)
+        self._counters[1] += count
 
 
 def aligned(size: int) -> int:
-    return (size + _ALIGN - 1) // _ALIGN * _ALIGN
+    return (size + ALIGN - 1) // ALIGN * ALIGN
 
 
 def layout(sizes: Sequence[int], start: int) -> tuple[list[int], int]:
@@ -293,33 +302,40 @@ class ResponseWriter:
     def send(self, message: dict[str, Any], tensors: Sequence[Tensor]) -> None:
         """Write ``tensors`` and send ``message`` with ``message["outputs"]`` naming them;
         atomic, so the server reads messages in the order their data was written."""
-        encoded = [Arena.encoded(t) for t in tensors]
-        sizes = [n for _, n in encoded]
+        # Plain loops (each answer comes here): the blocks' places relative to the first
+        # (the position is always aligned: every block ends on ``ALIGN``), then the copies.
+        encoded = []
+        relative = []
+        need = 0
+        for tensor in tensors:
+            data, nbytes = Arena.encoded(tensor)
+            encoded.append((tensor, data, nbytes))
+            relative.append(need)
+            need = (need + nbytes + ALIGN - 1) // ALIGN * ALIGN  # ``aligned``, inline
         with self._lock:
             fds: list[int] = []
-            need = layout(sizes, 0)[1]
-            offsets, end = layout(sizes, self._position)
-            if end > self.arena.size:
+            start = self._position
+            if start + need > self.arena.size:
+                grown_to = need
                 if self._wait_for_reader:
                     self._wait_all_taken()
                 elif self._all_taken():
                     self._position = HEADER_BYTES
                 else:
-                    need = max(need, self.arena.size)  # grows past the unread data
-                if HEADER_BYTES + need > self.arena.size:
-                    self._grow(HEADER_BYTES + need)
+                    grown_to = max(need, self.arena.size)  # grows past the unread data
+                if HEADER_BYTES + grown_to > self.arena.size:
+                    self._grow(HEADER_BYTES + grown_to)
                     fds = [self.arena.fd]
-                offsets, end = layout(sizes, HEADER_BYTES)
-            refs = [
-                self.arena.write(offset, tensor, data, nbytes)
-                for offset, tensor, (data, nbytes) in zip(offsets, tensors, encoded, strict=True)
-            ]
-            span = end - offsets[0] if offsets else 0
-            self._written += span
-            self._position = end
+                start = HEADER_BYTES
+            write = self.arena.write
+            refs = []
+            for (tensor, data, nbytes), offset in zip(encoded, relative, strict=True):
+                refs.append(write(start + offset, tensor, data, nbytes))
+            self._written += need
+            self._position = start + need
             self.arena.set_written(self._written)
             message["outputs"] = refs
-            message["span"] = span  # what the server adds to the taken count once read
+            message["span"] = need  # what the server adds to the taken count once read
             self._channel.send(message, fds)
 
     def _all_taken(self) -> bool:
@@ -335,7 +351,8 @@ class ResponseWriter:
     def _grow(self, size: int) -> None:
         old = self.arena
         self.arena = Arena.create(max(size, old.size * 2))
-        _COUNTERS.pack_into(self.arena._map, 0, self._written, self._written)
+        self.arena.set_written(self._written)
+        self.arena.add_taken(self._written)
         old.close()
 
 
@@ -401,6 +418,35 @@ def build_response(header: ResponseHeader, outputs: list[Tensor]) -> InferenceRe
         parameters=parameters,
         error=None if error is None else ServerError.from_code(*error),
     )
+
+
+def take_responses(
+    arena: Arena, headers: Sequence[ResponseHeader | None], message: dict[str, Any]
+) -> list[InferenceResponse | None]:
+    """The responses ``headers`` describe, their tensors (``message["outputs"]``, in the
+    headers' order) copied out of ``arena``; counts their space as taken. One loop, as
+    ``build_response`` over ``take_tensors`` (the answer of every batch comes here)."""
+    refs = message["outputs"]
+    built: list[InferenceResponse | None] = []
+    position = 0
+    for header in headers:
+        if header is None:
+            built.append(None)
+            continue
+        error, parameters, count = header
+        outputs = []
+        for ref in refs[position : position + count]:
+            outputs.append(arena.read(ref, True))
+        position += count
+        built.append(
+            InferenceResponse(
+                outputs=outputs,
+                parameters=parameters,
+                error=None if error is None else ServerError.from_code(*error),
+            )
+        )
+    arena.add_taken(message["span"])
+    return built
 
 
 def take_tensors(arena: Arena, message: dict[str, Any]) -> list[Tensor]:

@@ -180,8 +180,11 @@ class _Worker:
         inputs_arena = self._inputs[slot]
         copy = self._decoupled  # a decoupled model may read its inputs after execute
         requests = []
+        read = inputs_arena.read
         for header, key, refs in message["batch"]:
-            inputs = [inputs_arena.read(ref, copy) for ref in refs]
+            inputs = []
+            for ref in refs:
+                inputs.append(read(ref, copy))
             request = _WorkerRequest(
                 **request_fields(header, inputs),
                 key=key,
@@ -199,25 +202,29 @@ class _Worker:
                 early.discard(request.key)
         for request in cancelled:
             request.cancel()
-        done: dict[str, Any] = {"kind": "done", "failure": None, "responses": []}
-        outputs = []
+        headers: list[Any] = []
+        done: dict[str, Any] = {"kind": "done", "failure": None, "responses": headers}
+        outputs: list[Any] = []
         try:
             responses = instance.execute(requests, ComputeTiming(start_ns=time.monotonic_ns()))
             for response in responses:
                 if response is None:
-                    done["responses"].append(None)
+                    headers.append(None)
                 else:
-                    done["responses"].append(response_header(response))
+                    headers.append(response_header(response))
                     outputs.extend(response.outputs)
         except BaseException as exc:
             done["failure"] = _error_of(exc)
             if not isinstance(exc, ServerError):
                 traceback.print_exc()
-        done["reschedule"] = [r.reschedule for r in requests]
-        done["metrics"] = self._metric_changes()  # counted before the responses are seen
+        reschedule = []
+        live = None if self._decoupled else self._live
         for request in requests:
-            if not self._decoupled:
-                self._live.pop(request.key, None)
+            reschedule.append(request.reschedule)
+            if live is not None:
+                live.pop(request.key, None)
+        done["reschedule"] = reschedule
+        done["metrics"] = self._metric_changes()  # counted before the responses are seen
         self._writer.send(done, outputs)
 
 
