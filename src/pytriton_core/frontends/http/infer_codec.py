@@ -313,12 +313,15 @@ def decode_infer_request(
     header_length: int | None,
     service: InferenceService,
     allowed_reserved: tuple[str, ...] = (),
+    *,
+    general: bool = False,
 ) -> DecodedInfer:
     """Parse an infer body into a core request (the caller validates it against the model).
 
     Inputs and outputs in shared memory are resolved by ``service``: inputs become views of
     their regions, outputs' ranges are checked. ``allowed_reserved``: the ``triton_``
-    parameters the caller acts on (kept in ``DecodedInfer.reserved``).
+    parameters the caller acts on (kept in ``DecodedInfer.reserved``). ``general``: skip
+    the compiled walk of the common request (the fuzzer compares the two).
     """
     request = InferenceRequest(model_name=model.name, model_version=model.version)
     if header_length == 0:
@@ -335,7 +338,7 @@ def decode_infer_request(
         json_part = memoryview(body)[:header_length]
         binary_start = header_length
     document = parse_json(json_part, limits, InternalError)
-    if type(document) is dict and not allowed_reserved:
+    if type(document) is dict and not allowed_reserved and not general:
         # The common binary request in one compiled pass; None: the general decode reads it.
         walked = walk_binary_infer(
             document,
