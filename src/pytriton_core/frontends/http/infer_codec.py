@@ -338,8 +338,15 @@ def decode_infer_request(
         json_part = memoryview(body)[:header_length]
         binary_start = header_length
     document = parse_json(json_part, limits, InternalError)
-    if type(document) is dict and not allowed_reserved and not general:
+    if (
+        header_length is not None
+        and type(document) is dict
+        and not allowed_reserved
+        and not general
+    ):
         # The common binary request in one compiled pass; None: the general decode reads it.
+        # (A body without Inference-Header-Content-Length is all JSON: its tensors are
+        # read from JSON, by the general decode.)
         walked = walk_binary_infer(
             document,
             body,

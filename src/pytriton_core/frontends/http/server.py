@@ -379,7 +379,8 @@ class HttpProtocol(asyncio.Protocol):
             await self._write_streamed(response, keep_alive)
         exchange.finish()
         self._exchange = None
-        self._stop_peer_checks()
+        if self._peer_check is not None:
+            self._stop_peer_checks()
         self._busy = False
         self._update_reading()
         if self._driving and self._pending:
