@@ -589,3 +589,18 @@ def build_response_head(int status, content_type, content_length,
         out += _append(out, "\r\n", 2)
     out += _append(out, "\r\n", 2)
     return head
+
+
+def frame_response(int status, content_type, body, bint keep_alive, extra_headers=()):
+    """The buffers of a whole answer, head first, then ``body``'s parts as they are: the
+    head's Content-Length is their total size (a memoryview counts its bytes)."""
+    cdef Py_ssize_t length = 0
+    cdef list framed = [None]
+    for part in body:
+        if isinstance(part, memoryview):
+            length += (<memoryview>part).nbytes
+        else:
+            length += len(part)
+        framed.append(part)
+    framed[0] = build_response_head(status, content_type, length, keep_alive, extra_headers)
+    return framed

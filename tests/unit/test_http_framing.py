@@ -21,6 +21,7 @@ from pytriton_core._native.http_framing import (
     HttpRequest,
     RequestAssembler,
     build_response_head,
+    frame_response,
     framing_error,
     reason_phrase,
 )
@@ -636,3 +637,13 @@ def test_feed_needs_an_attached_parser_and_direct_body_min_is_positive() -> None
         RequestAssembler().feed(HEALTH)
     with pytest.raises(ValueError):
         RequestAssembler(direct_body_min=0)
+
+
+def test_frame_response_is_the_head_then_the_body_as_it_is() -> None:
+    floats = memoryview(np.arange(3, dtype=np.float32))  # 3 items, 12 bytes
+    body = [b"head", bytearray(b"xy"), floats]
+    headers = [(b"Inference-Header-Content-Length", b"4")]
+    framed = frame_response(200, b"application/octet-stream", body, True, headers)
+    assert framed[0] == build_response_head(200, b"application/octet-stream", 18, True, headers)
+    assert all(a is b for a, b in zip(framed[1:], body, strict=True))
+    assert frame_response(200, None, (), False) == [build_response_head(200, None, 0, False)]

@@ -95,6 +95,44 @@ def completed(coroutine: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("the call waited: it needs the server's event loop")
 
 
+def _decoded_parts(decoded: Any) -> tuple[Any, ...]:
+    request = decoded.request
+    inputs = [
+        (t.name, t.datatype, t.data.shape, t.data.dtype, t.data.tobytes())
+        if t.data.dtype != object
+        else (t.name, t.datatype, t.data.shape, t.data.tolist())
+        for t in request.inputs.values()
+    ]
+    return (
+        request.id,
+        inputs,
+        request.requested_outputs,
+        decoded.binary_outputs,
+        decoded.binary_by_default,
+        decoded.shm_outputs,
+        decoded.reserved,
+        request.parameters,
+        request.priority,
+        request.timeout_us,
+        request.correlation_id,
+    )
+
+
+def _check_walk_matches_general(
+    service: InferenceService, target: Any, body: bytes, header: int | None, decoded: Any
+) -> None:
+    """The body decoded (the compiled walk, where it takes it) is the general decode's."""
+    from pytriton_core.errors import ServerError
+    from pytriton_core.frontends.http.infer_codec import decode_infer_request
+
+    try:
+        general = decode_infer_request(target, body, header, service, general=True)
+    except ServerError as exc:
+        raise AssertionError(f"the general decode refuses what was decoded: {exc}") from None
+    if _decoded_parts(decoded) != _decoded_parts(general):
+        raise AssertionError("the compiled walk and the general decode read the body apart")
+
+
 def check_http_infer(
     service: InferenceService, model: str, body: bytes, header: int | None
 ) -> None:
@@ -108,6 +146,7 @@ def check_http_infer(
     try:
         target = service.model(model, "")
         decoded = decode_infer_request(target, body, header, service)
+        _check_walk_matches_general(service, target, body, header, decoded)
         check_tensor_limits(decoded.request, service.options.limits)
         validate_request(decoded.request, target.spec)
         for tensor in decoded.request.inputs.values():

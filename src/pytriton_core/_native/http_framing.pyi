@@ -161,3 +161,14 @@ def build_response_head(
     that is not a token, or CR/LF/NUL in a name or value (header injection); TypeError
     for non-bytes names or values.
     """
+
+def frame_response(
+    status: int,
+    content_type: bytes | None,
+    body: Sequence[bytes | bytearray | memoryview],
+    keep_alive: bool,
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
+) -> list[bytes | bytearray | memoryview]:
+    """The buffers of a whole answer for ``writelines``: the head ``build_response_head``
+    makes with Content-Length the total size of ``body`` (a memoryview counts its bytes,
+    ``nbytes``), then ``body``'s parts as they are (no copy)."""

@@ -12,7 +12,7 @@ import binascii
 from pytriton_core.config import config_to_json_dict
 from pytriton_core.errors import InternalError, InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http import compression
-from pytriton_core.frontends.http.exchange import current_exchange
+from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE
 from pytriton_core.frontends.http.generate import add_generate_routes
 from pytriton_core.frontends.http.infer_codec import decode_infer_request, encode_infer_response
 from pytriton_core.frontends.http.infer_stream import (
@@ -73,13 +73,15 @@ def build_router(service: InferenceService) -> Router:
         return json_response(service.statistics(match.get("model"), match.get("version")))
 
     async def infer(request: Request, match: RouteMatch) -> HttpResponse:
-        model = service.model(match.get("model") or "", match.get("version"))
-        event_stream = wants_event_stream(request)
+        params = match.params
+        model = service.model(params["model"] or "", params["version"])
+        request_headers = request.headers
+        # Most clients send no Accept: no media types to read.
+        event_stream = "accept" in request_headers and wants_event_stream(request)
         if model.spec.decoupled and not event_stream:
             raise UnsupportedError(
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
-        request_headers = request.headers
         body = request.body
         content_encoding = request_headers.get("content-encoding")
         if content_encoding is not None:
@@ -91,7 +93,11 @@ def build_router(service: InferenceService) -> Router:
                 refusal = error_response(exc)
                 refusal.headers.append((b"Accept-Encoding", exc.accepted))
                 return refusal
-        header_length = _header_length(request, len(body))
+        header_length = (
+            _header_length(request, len(body))
+            if "inference-header-content-length" in request_headers
+            else None
+        )
         reserved = STREAM_PARAMETERS if event_stream else ()
         decoded = decode_infer_request(model, body, header_length, service, reserved)
         if forwarded is not None:
@@ -99,7 +105,9 @@ def build_router(service: InferenceService) -> Router:
             forward_headers(decoded.request, headers, forwarded)
         if event_stream:
             return await stream_infer(service, model, decoded)
-        current_exchange().on_client_gone(decoded.request.cancel)
+        exchange = CURRENT_EXCHANGE.get()
+        if exchange is not None:  # None: called outside a connection, nobody to leave
+            exchange.on_client_gone(decoded.request.cancel)
         response = await service.infer(model, decoded.request)
         trace = decoded.request.trace
         if trace is not None:

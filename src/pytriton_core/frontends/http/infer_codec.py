@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 
 from pytriton_core import types
+from pytriton_core._native.infer_walk import walk_binary_infer
 from pytriton_core._native.json_tensor import (
     SHAPE_MISMATCH,
     array_from_json_data,
@@ -312,29 +313,67 @@ def decode_infer_request(
     header_length: int | None,
     service: InferenceService,
     allowed_reserved: tuple[str, ...] = (),
+    *,
+    general: bool = False,
 ) -> DecodedInfer:
     """Parse an infer body into a core request (the caller validates it against the model).
 
     Inputs and outputs in shared memory are resolved by ``service``: inputs become views of
     their regions, outputs' ranges are checked. ``allowed_reserved``: the ``triton_``
-    parameters the caller acts on (kept in ``DecodedInfer.reserved``).
+    parameters the caller acts on (kept in ``DecodedInfer.reserved``). ``general``: skip
+    the compiled walk of the common request (the fuzzer compares the two).
     """
     request = InferenceRequest(model_name=model.name, model_version=model.version)
     if header_length == 0:
         return _decode_raw_binary(model, body, request)
-    max_bytes_elements = service.options.limits.max_bytes_elements
+    limits = service.options.limits
     if header_length is None:
         json_part: Buffer = body
-        # no binary section
-        cursor = _BinaryCursor(body, len(body), model.name, max_bytes_elements)
+        binary_start = len(body)  # no binary section
     else:
         if header_length < 0 or header_length > len(body):
             raise InvalidArgumentError(
                 f"inference header size should be in range (0, {len(body)}), got: {header_length}"
             )
         json_part = memoryview(body)[:header_length]
-        cursor = _BinaryCursor(body, header_length, model.name, max_bytes_elements)
-    document = parse_json(json_part, service.options.limits, InternalError)
+        binary_start = header_length
+    document = parse_json(json_part, limits, InternalError)
+    if (
+        header_length is not None
+        and type(document) is dict
+        and not allowed_reserved
+        and not general
+    ):
+        # The common binary request in one compiled pass; None: the general decode reads it.
+        # (A body without Inference-Header-Content-Length is all JSON: its tensors are
+        # read from JSON, by the general decode.)
+        walked = walk_binary_infer(
+            document,
+            body,
+            binary_start,
+            types.BY_WIRE_NAME,
+            Tensor,
+            RequestedOutput,
+            limits.max_bytes_elements,
+        )
+        if walked is not None:
+            request.id, binary_by_default, request.inputs, requested, binary_outputs = walked
+            if requested is not None:
+                request.requested_outputs = requested
+            return DecodedInfer(request, binary_outputs, binary_by_default)
+    cursor = _BinaryCursor(body, binary_start, model.name, limits.max_bytes_elements)
+    return _decode_document(document, request, cursor, service, model.name, allowed_reserved)
+
+
+def _decode_document(
+    document: Any,
+    request: InferenceRequest,
+    cursor: _BinaryCursor,
+    service: InferenceService,
+    model_name: str,
+    allowed_reserved: tuple[str, ...],
+) -> DecodedInfer:
+    """The general decode of a parsed infer header, in Triton's words for what it refuses."""
     if not isinstance(document, dict):
         raise InvalidArgumentError("the request body must be a JSON object")
     request_id = document.get("id", "")
@@ -349,7 +388,7 @@ def decode_infer_request(
     if not isinstance(inputs, list):
         raise _unparsable("inputs", _NOT_ARRAY)
     for entry in inputs:
-        tensor = _input_tensor(entry, cursor, request_id, service, model.name)
+        tensor = _input_tensor(entry, cursor, request_id, service, model_name)
         if tensor.name in request.inputs:
             raise InvalidArgumentError(
                 f"input '{tensor.name}' already exists in request"
@@ -419,18 +458,20 @@ def encode_infer_response(
     outputs: list[dict[str, Any]] = []
     blobs: list[Buffer] = []
     non_finite = False
+    shm_outputs = decoded.shm_outputs
+    binary_outputs, binary_by_default = decoded.binary_outputs, decoded.binary_by_default
     for tensor in response.outputs:
         entry: dict[str, Any] = {
             "name": tensor.name,
             "datatype": tensor.datatype.wire_name,
             "shape": list(tensor.shape),
         }
-        if write_to_region(decoded.shm_outputs, tensor):
+        if shm_outputs and write_to_region(shm_outputs, tensor):
             pass  # the response names it; the data is in the region
-        elif decoded.binary_outputs.get(tensor.name, decoded.binary_by_default):
+        elif binary_outputs.get(tensor.name, binary_by_default):
             blob = array_to_bytes(tensor)
-            entry["parameters"] = {"binary_data_size": len(blob)}
-            if len(blob):
+            entry["parameters"] = {"binary_data_size": (size := len(blob))}
+            if size:
                 blobs.append(blob)
         else:
             entry["data"] = data = json_output_data(tensor)
@@ -444,7 +485,7 @@ def encode_infer_response(
         200,
         (header, *blobs),
         OCTET_STREAM,
-        [(b"Inference-Header-Content-Length", str(len(header)).encode())],
+        [(b"Inference-Header-Content-Length", b"%d" % len(header))],
     )
 
 

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 import orjson
 
 from pytriton_core.frontends.http.messages import HttpResponse, plain_error
-from pytriton_core.options import ApiCategory, RestrictedApis
+from pytriton_core.options import ApiCategory, RestrictedApis, Restriction
 from pytriton_core.restricted import http_denial
 
 
@@ -66,13 +66,14 @@ class Router:
         self._routes: list[Route] = []
         self._restricted = restricted or RestrictedApis()
         self._render_error = render_error
-        self._resolved: dict[str, tuple[Route, RouteMatch] | None] = {}
+        # path -> its route, the match and the route's restriction (None: open).
+        self._resolved: dict[str, tuple[Route, RouteMatch, Restriction | None] | None] = {}
 
     def add(self, pattern: str, category: ApiCategory | None, **methods: Handler) -> None:
         self._routes.append(Route(re.compile(pattern), category, methods))
         self._resolved.clear()
 
-    def _resolve(self, path: str) -> tuple[Route, RouteMatch] | None:
+    def _resolve(self, path: str) -> tuple[Route, RouteMatch, Restriction | None] | None:
         try:
             return self._resolved[path]
         except KeyError:
@@ -84,7 +85,9 @@ class Router:
                 params = {
                     k: None if v is None else unquote(v) for k, v in match.groupdict().items()
                 }
-                found = (route, RouteMatch(params))
+                category = route.category
+                restriction = None if category is None else self._restricted.get(category)
+                found = (route, RouteMatch(params), restriction)
                 break
         if len(self._resolved) >= _RESOLVED_PATHS:
             self._resolved.clear()
@@ -94,8 +97,7 @@ class Router:
     async def dispatch(self, request: Request) -> HttpResponse:
         resolved = self._resolve(request.path)
         if resolved is not None:
-            route, match = resolved
-            restriction = None if route.category is None else self._restricted.get(route.category)
+            route, match, restriction = resolved
             if restriction is not None:  # checked first, as Triton's handlers do
                 denial = http_denial(restriction, request.raw_headers)
                 if denial is not None:

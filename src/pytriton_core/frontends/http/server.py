@@ -49,6 +49,7 @@ from pytriton_core._native.http_framing import (
     HttpRequest,
     RequestAssembler,
     build_response_head,
+    frame_response,
     framing_error,
 )
 from pytriton_core.errors import ServerError, UnavailableError
@@ -378,7 +379,8 @@ class HttpProtocol(asyncio.Protocol):
             await self._write_streamed(response, keep_alive)
         exchange.finish()
         self._exchange = None
-        self._stop_peer_checks()
+        if self._peer_check is not None:
+            self._stop_peer_checks()
         self._busy = False
         self._update_reading()
         if self._driving and self._pending:
@@ -391,7 +393,7 @@ class HttpProtocol(asyncio.Protocol):
     async def _write_streamed(self, response: HttpResponse, keep_alive: bool) -> None:
         stream = response.stream
         assert stream is not None
-        if not self.write_buffers((self._head(response, keep_alive, chunked=True),)):
+        if not self.write_buffers((self._streamed_head(response, keep_alive),)):
             stream.abandon()
             return
         self._head_sent = self._streaming = True
@@ -420,13 +422,10 @@ class HttpProtocol(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _head(self, response: HttpResponse, keep_alive: bool, *, chunked: bool = False) -> bytes:
+    def _streamed_head(self, response: HttpResponse, keep_alive: bool) -> bytes:
+        """The head of an answer sent in chunks, as they come."""
         return build_response_head(
-            response.status,
-            response.content_type,
-            None if chunked else response.content_length,
-            keep_alive,
-            response.headers,
+            response.status, response.content_type, None, keep_alive, response.headers
         )
 
     def _close_transport(self) -> None:
@@ -514,11 +513,16 @@ class HttpProtocol(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        head = self._head(response, keep_alive)
-        send_start = time.monotonic_ns() if response.on_sent is not None else 0
-        transport.writelines((head, *response.body))
-        if response.on_sent is not None:
-            response.on_sent(send_start, time.monotonic_ns())
+        framed = frame_response(
+            response.status, response.content_type, response.body, keep_alive, response.headers
+        )
+        on_sent = response.on_sent
+        if on_sent is None:
+            transport.writelines(framed)
+        else:
+            send_start = time.monotonic_ns()
+            transport.writelines(framed)
+            on_sent(send_start, time.monotonic_ns())
         if not keep_alive:
             transport.close()
 
