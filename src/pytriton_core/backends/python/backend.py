@@ -18,11 +18,12 @@ import sysconfig
 import threading
 import time
 import traceback
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Collection, Coroutine, Iterator, Sequence
 from pathlib import Path
 from types import CoroutineType, ModuleType
 from typing import Any
 
+import greenlet
 from google.protobuf.message import Message
 
 from pytriton_core.backends.base import (
@@ -53,7 +54,7 @@ from pytriton_core.errors import (
     ModelConfigError,
     ServerError,
 )
-from pytriton_core.inference.inline import InlineExecution, current_inline
+from pytriton_core.inference.inline import InlineExecution
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
@@ -437,14 +438,16 @@ class PythonInstance(BackendInstance):
     ) -> Any:
         # Off the instance's thread, calls are refused unless they can wait by suspending
         # the execution (on the loop, inside an ``InlineExecution``).
-        inline = None
+        inline: InlineExecution | None = None
         if threading.get_ident() == self._worker:
             scope = self._execute_scope
-        elif (inline := current_inline()) is not None:
-            scope = self._execute_scope
-            self._inline = inline
         else:
-            scope = self._elsewhere_scope
+            current = greenlet.getcurrent()  # (``current_inline``, without its call)
+            if isinstance(current, InlineExecution):
+                inline = self._inline = current
+                scope = self._execute_scope
+            else:
+                scope = self._elsewhere_scope
         # ``_scope``'s blocks, as one made once: this runs per execution.
         with scope:
             try:
@@ -617,11 +620,14 @@ class PythonInstance(BackendInstance):
                 parameters=parameters, error=_server_error(error.code(), error.message())
             )
         model = self._model
-        if request.requested_outputs is None:
-            kept: frozenset[str] | set[str] = model.all_outputs_kept
+        requested = request.requested_outputs
+        kept: Collection[str]
+        if requested is None:
+            kept = model.all_outputs_kept
+        elif model.state_outputs:
+            kept = {*requested, *model.state_outputs}
         else:
-            kept = set(request.requested_outputs)
-            kept.update(model.state_outputs)
+            kept = requested  # (its keys: no set made per request)
         staging = self._staging
         outputs = [
             from_pb_tensor(tensor, staging)
