@@ -560,8 +560,11 @@ class PythonInstance(BackendInstance):
 
     def _to_pb_request(self, request: InferenceRequest) -> pb_utils.InferenceRequest:
         model = self._model
-        gpu = model.gpu_inputs
-        inputs = [to_pb_tensor(t, gpu) for t in request.inputs.values()]
+        if model.gpu_inputs:
+            inputs = [to_pb_tensor(t, True) for t in request.inputs.values()]
+        else:  # (``to_pb_tensor`` without a GPU: every input wrapped as it is, on the host)
+            from_server = pb_utils.Tensor._from_server
+            inputs = [from_server(t.name, t.data, t.datatype) for t in request.inputs.values()]
         requested = request.requested_outputs  # (``request.output_names``, spelled out)
         parameters = request.parameters
         # A decoupled model's sender is made now, when its first response's work starts;
