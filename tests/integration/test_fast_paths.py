@@ -138,6 +138,46 @@ def write_model(root: Path, name: str, config: str, code: str) -> None:
     (root / name / "1" / "model.py").write_text(textwrap.dedent(code))
 
 
+# A default-mode model that answers through its response sender (made only when a model
+# asks for it) and reports whether its request was cancelled.
+SENDER_MODEL = """
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "F32").as_numpy()
+            sender = request.get_response_sender()
+            where = threading.current_thread().name.encode()
+            outputs = [
+                pb_utils.Tensor("O_F32", x * 2),
+                pb_utils.Tensor("WHERE", np.array([[where]] * len(x), dtype=object)),
+            ]
+            parameters = {"cancelled": request.is_cancelled(), "same": sender.is_cancelled()}
+            sender.send(
+                pb_utils.InferenceResponse(output_tensors=outputs, parameters=parameters),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+        return None
+"""
+
+
+def sender_config(name: str, extra: str = "") -> str:
+    return textwrap.dedent(f"""
+        name: "{name}"
+        backend: "python"
+        max_batch_size: 8
+        input [ {{ name: "F32", data_type: TYPE_FP32, dims: [ -1 ] }} ]
+        output [ {{ name: "O_F32", data_type: TYPE_FP32, dims: [ -1 ] }},
+                 {{ name: "WHERE", data_type: TYPE_STRING, dims: [ 1 ] }} ]
+        {extra}
+        """)
+
+
 THREAD_ONLY = 'parameters: { key: "EXECUTE_ON_EVENT_LOOP" value: { string_value: "no" } }'
 BATCHED = 'parameters: { key: "BATCHED_EXECUTE" value: { string_value: "yes" } }'
 
@@ -149,6 +189,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     write_model(root, "fast_b", io_config("fast_b", THREAD_ONLY), IO_MODEL)
     write_model(root, "batched", scale_config("batched", BATCHED), SCALE_MODEL)
     write_model(root, "listed", scale_config("listed"), SCALE_MODEL)
+    write_model(root, "stats_a", io_config("stats_a"), IO_MODEL)
+    write_model(root, "stats_b", io_config("stats_b", THREAD_ONLY), IO_MODEL)
+    write_model(root, "sends_a", sender_config("sends_a"), SENDER_MODEL)
+    write_model(root, "sends_b", sender_config("sends_b", THREAD_ONLY), SENDER_MODEL)
     with run_pytriton_server(root) as handle:
         yield handle
 
@@ -275,8 +319,12 @@ def send(server: ServerHandle, model: str, case: str) -> tuple[int, bytes, bytes
 
 
 def where(server: ServerHandle, model: str) -> str:
+    """The thread ``model`` executed a request on (``MainThread``: inline, on the loop)."""
+    inputs = io_inputs(1, 2)
+    if model.startswith("sends_"):
+        inputs = {"F32": inputs["F32"]}
     body, headers = binary_request(
-        io_inputs(1, 2), [{"name": "WHERE", "parameters": {"binary_data": True}}], True
+        inputs, [{"name": "WHERE", "parameters": {"binary_data": True}}], True
     )
     status, head, answer = post(server.http_url, f"/v2/models/{model}/infer", body, headers)
     assert status == 200, answer
@@ -311,6 +359,65 @@ def test_responses_match_the_general_path_byte_for_byte(server: ServerHandle, ca
     assert fast[2].replace(b"fast_a", b"fast_b") == general[2]
     if case.endswith("error"):
         assert fast[0] == 400 and b"negative input" in fast[2]
+
+
+def test_a_default_mode_sender_answers_as_on_the_general_path(server: ServerHandle) -> None:
+    """A response sent through the sender (made when the model first asks for it) gets the
+    same bytes inline as in the instance's thread; the request reads as not cancelled."""
+    body, headers = binary_request({"F32": io_inputs(2, 3)["F32"]}, [{"name": "O_F32"}], False)
+    for _ in range(WARMUP):
+        where(server, "sends_a")
+    for _ in range(20):
+        fast = post(server.http_url, "/v2/models/sends_a/infer", body, headers)
+        if where(server, "sends_a") == "MainThread":
+            break
+    else:
+        pytest.fail("sends_a never kept its executions on the loop")
+    general = post(server.http_url, "/v2/models/sends_b/infer", body, headers)
+    assert fast[0] == general[0] == 200, fast
+    assert fast[1].replace(b"sends_a", b"sends_b") == general[1]
+    assert fast[2].replace(b"sends_a", b"sends_b") == general[2]
+    answer = json.loads(fast[2])  # (outputs as JSON)
+    assert answer["parameters"] == {"cancelled": False, "same": False}
+    assert answer["outputs"][0]["data"] == (io_inputs(2, 3)["F32"] * 2).ravel().tolist()
+
+
+def counts(server: ServerHandle, model: str) -> dict[str, Any]:
+    """Every count of ``model``'s statistics (the durations differ from run to run)."""
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        stats = client.get_inference_statistics(model)["model_stats"][0]
+    return {
+        "inference_count": stats["inference_count"],
+        "execution_count": stats["execution_count"],
+        "inference_stats": {k: v["count"] for k, v in stats["inference_stats"].items()},
+        "batch_stats": sorted(
+            (b["batch_size"], {k: v["count"] for k, v in b.items() if k != "batch_size"})
+            for b in stats["batch_stats"]
+        ),
+    }
+
+
+def test_statistics_match_the_general_path(server: ServerHandle) -> None:
+    """The same requests (answers, model errors, refused requests) counted alike inline and
+    in the instance's thread."""
+    for _ in range(WARMUP):
+        for model in ("stats_a", "stats_b"):
+            where(server, model)
+    # As above: a check on the loop after the cases means they ran there too.
+    rounds = 0
+    while True:
+        rounds += 1
+        for case in sorted(CASES):
+            for model in ("stats_a", "stats_b"):
+                send(server, model, case)
+        assert where(server, "stats_b").startswith("instance-")
+        if where(server, "stats_a") == "MainThread":
+            break
+        assert rounds < 20, "stats_a never kept its executions on the loop"
+    fast, general = counts(server, "stats_a"), counts(server, "stats_b")
+    assert fast == general
+    # (every case but the refused output name counted: a success or a model's error)
+    assert fast["inference_stats"]["success"] == WARMUP + rounds * len(CASES)
 
 
 def scale_inputs(index: int) -> np.ndarray:

@@ -191,7 +191,7 @@ def test_from_server_wraps_without_copying() -> None:
     tensor = pb.Tensor._from_server("IN", array, types.BY_WIRE_NAME["FP32"])
     assert tensor._server_array() is array
     assert tensor.as_numpy() is array
-    assert tensor._server_parts()[1].wire_name == "FP32"
+    assert tensor._datatype.wire_name == "FP32"
     raw = np.frombuffer(b"\x80\x3f\x00\x40", dtype=np.uint16)
     bf16 = pb.Tensor._from_server("H", raw, types.BY_WIRE_NAME["BF16"])
     assert bf16.triton_dtype() == 14
@@ -201,7 +201,7 @@ def test_from_server_wraps_without_copying() -> None:
     strings = np.array(AWKWARD_BYTES, dtype=np.object_)
     b = pb.Tensor._from_server("S", strings, types.BY_WIRE_NAME["BYTES"])
     assert b.as_numpy() is strings
-    assert b._server_parts()[1].wire_name == "BYTES"
+    assert b._datatype.wire_name == "BYTES"
 
 
 def _dl_dtype(capsule: object) -> tuple[int, int, int]:
@@ -459,9 +459,55 @@ def _server_request(
         flags=3,
         timeout=250,
         send_hook=hook,
-        is_cancelled=lambda: cancelled,
+        origin=_Origin(cancelled),
         decoupled=decoupled,
     )
+
+
+class _Origin:
+    """The server's request a delivered one is for (what ``is_cancelled`` reads)."""
+
+    def __init__(self, cancelled: bool = False) -> None:
+        self.cancelled = cancelled
+
+
+class _Responder:
+    """Makes the send hook on the model's first ``get_response_sender``."""
+
+    def __init__(self) -> None:
+        self.origins: list[object] = []
+        self.hook = _Recorder()
+
+    def send_hook(self, origin: object) -> _Recorder:
+        self.origins.append(origin)
+        return self.hook
+
+
+def test_server_request_makes_its_send_hook_when_first_asked() -> None:
+    responder, origin = _Responder(), _Origin()
+    request = pb.InferenceRequest._from_server(
+        request_id="",
+        correlation_id=0,
+        inputs=[],
+        requested_output_names=[],
+        parameters={},
+        flags=0,
+        timeout=0,
+        responder=responder,
+        origin=origin,
+        decoupled=False,
+    )
+    assert responder.origins == []  # nothing made for a model that never asks
+    assert request.is_cancelled() is False
+    sender = request.get_response_sender()
+    assert request.get_response_sender() is sender
+    assert responder.origins == [origin]
+    response = pb.InferenceResponse()
+    sender.send(response, flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert responder.hook.calls == [(response, True)]
+    origin.cancelled = True
+    assert request.is_cancelled() is True
+    assert sender.is_cancelled() is True
 
 
 def test_server_request_accessors() -> None:

@@ -157,29 +157,21 @@ class InferenceRequest:
         response: InferenceResponse | None,
         final: bool,
         timing: ResponseTiming | None = None,
+        past_gate: bool = False,
     ) -> None:
         """Hand a response to whoever sent the request; call on the event loop.
         ``timing``: when the backend worked on it (decoupled responses). A
-        ``delivery_gate`` may hold it back (it passes it on with ``hand_over``).
+        ``delivery_gate`` may hold it back (it passes it on with ``hand_over``, which is
+        this with ``past_gate``).
 
         A response computed from an input whose memory its client took away meanwhile
         (``GuardedTensor``) is replaced by that error."""
         if self.final_sent:
             return
-        if self.delivery_gate is not None:
+        if self.delivery_gate is not None and not past_gate:
             self.delivery_gate(self, response, final, timing)
             return
-        self.hand_over(response, final, timing)
-
-    def hand_over(
-        self,
-        response: InferenceResponse | None,
-        final: bool,
-        timing: ResponseTiming | None = None,
-    ) -> None:
-        """``deliver`` past the ``delivery_gate``; call on the event loop."""
-        if self.final_sent:
-            return
+        # (the hand-over itself, here rather than in ``hand_over``: one call per response)
         self.final_sent = final
         if final:
             self._cancel_hooks = None  # nothing left to cancel; what they hold can go
@@ -194,6 +186,15 @@ class InferenceRequest:
             self._trace_delivery(self.trace, response, final)
         if self.on_response is not None:
             self.on_response(response, final)
+
+    def hand_over(
+        self,
+        response: InferenceResponse | None,
+        final: bool,
+        timing: ResponseTiming | None = None,
+    ) -> None:
+        """``deliver`` past the ``delivery_gate``; call on the event loop."""
+        self.deliver(response, final, timing, True)
 
     @staticmethod
     def _trace_delivery(

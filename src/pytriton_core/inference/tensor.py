@@ -26,7 +26,7 @@ class Tensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.data.shape)
+        return self.data.shape  # (numpy's shape is a tuple already)
 
 
 class DeviceData(Protocol):

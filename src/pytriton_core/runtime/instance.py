@@ -177,6 +177,15 @@ class ModelInstance:
             and self._executing.acquire(blocking=False)
         )
 
+    def claim_for_loop(self) -> bool:
+        """``inline_ready`` and ``claim`` in one call (the loop asks once per request)."""
+        return (
+            self._short_streak >= INLINE_AFTER
+            and self._backend_instance is not None
+            and self._rate_limit is None
+            and self._executing.acquire(blocking=False)
+        )
+
     def claim_next(self) -> bool:
         """On the loop: take the instance for one more batch started from the loop while
         its earlier ones are in flight, up to the backend's ``loop_depth`` (False: none in
@@ -191,7 +200,13 @@ class ModelInstance:
     def execute_inline(self, batch: list[InferenceRequest]) -> None:
         """Execute ``batch`` on the calling thread (the event loop) and hand its outcome
         to ``on_batch_done`` directly; the instance must be claimed (released here)."""
-        self._on_batch_done(batch, *self.execute_claimed(batch))
+        # ``execute_claimed``, spelled out: this runs once per request on the loop.
+        assert self._backend_instance is not None
+        try:
+            responses, timing, retained = self._execute(self._backend_instance, batch)
+        finally:
+            self._executing.release()
+        self._on_batch_done(batch, responses, timing, retained)
 
     def execute_claimed(self, batch: list[InferenceRequest]) -> BatchOutcome:
         """Execute ``batch`` on the calling thread and return its outcome; the instance
@@ -289,24 +304,35 @@ class ModelInstance:
         timing = ComputeTiming(start_ns=time.monotonic_ns())
         self._running_batch = (timing.start_ns, len(batch))
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
-            log.debug(
-                "model %s, instance %s, executing %d requests",
-                self._model_name,
-                self.spec.name,
-                len(batch),
-            )
+            self._log_executing(batch)
         for request in batch:
             request.executing = True
         return timing
+
+    def _log_executing(self, batch: list[InferenceRequest]) -> None:
+        log.debug(
+            "model %s, instance %s, executing %d requests",
+            self._model_name,
+            self.spec.name,
+            len(batch),
+        )
 
     def _execute(
         self, backend_instance: BackendInstance, batch: list[InferenceRequest]
     ) -> BatchOutcome:
         """Run one batch; its outcome is what ``on_batch_done`` takes after the batch."""
-        timing = self._started(batch)
+        # ``_started``, spelled out: this runs once per batch, inline once per request.
+        timing = ComputeTiming(time.monotonic_ns())
+        self._running_batch = (timing.start_ns, len(batch))
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
+            self._log_executing(batch)
+        for request in batch:
+            request.executing = True
         responses: Sequence[InferenceResponse | None] | ServerError
         try:
-            responses = _checked(backend_instance.execute(batch, timing), batch)
+            responses = backend_instance.execute(batch, timing)
+            if len(responses) != len(batch):  # (``_checked``: a backend returns a list)
+                responses = _miscounted(responses, batch)
         except ServerError as exc:
             responses = exc
         except Exception as exc:
@@ -321,9 +347,12 @@ class ModelInstance:
         responses: Sequence[InferenceResponse | None] | ServerError,
     ) -> BatchOutcome:
         """After an execution: timing, the short-execution streak, the scheduler's word."""
-        timing.close()
+        # ``timing.close()``, spelled out: this runs once per batch.
+        end_ns = timing.end_ns = timing.end_ns or time.monotonic_ns()
+        timing.input_end_ns = timing.input_end_ns or timing.start_ns
+        timing.infer_end_ns = timing.infer_end_ns or end_ns
         self._running_batch = None
-        short = timing.end_ns - timing.start_ns < INLINE_BUDGET_NS
+        short = end_ns - timing.start_ns < INLINE_BUDGET_NS
         self._short_streak = self._short_streak + 1 if short else 0
         # Before the next batch: a sequence's state and re-queued requests are settled
         # in execution order.
@@ -342,7 +371,11 @@ def _checked(
     responses: Sequence[InferenceResponse | None] | ServerError, batch: list[InferenceRequest]
 ) -> Sequence[InferenceResponse | None] | ServerError:
     if not isinstance(responses, ServerError) and len(responses) != len(batch):
-        return InternalError(
-            f"backend returned {len(responses)} responses for {len(batch)} requests"
-        )
+        return _miscounted(responses, batch)
     return responses
+
+
+def _miscounted(
+    responses: Sequence[InferenceResponse | None], batch: list[InferenceRequest]
+) -> ServerError:
+    return InternalError(f"backend returned {len(responses)} responses for {len(batch)} requests")

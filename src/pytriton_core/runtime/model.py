@@ -255,7 +255,7 @@ class Model:
         ):
             instance = self._instances[0]
             if self._backend_model.loop_execution:  # a Python model may turn it off
-                if instance.inline_ready and instance.claim():
+                if instance.claim_for_loop():
                     # Nothing queued or executing: the instance's thread is idle, and this
                     # request would be its next batch at once. Run it here, without the two
                     # thread wake-ups; its response is delivered before submit returns.
@@ -265,8 +265,7 @@ class Model:
             elif (
                 self._backend_model.loop_calls  # a Python model may turn it off
                 and may_start()
-                and instance.inline_ready
-                and instance.claim()
+                and instance.claim_for_loop()
             ):
                 # The same, for a model that calls the server: a call that has to wait
                 # suspends the execution (the loop goes on) and the response is delivered
@@ -440,7 +439,8 @@ class Model:
 
     def _admit(self, request: InferenceRequest) -> None:
         """Refuse a request the model cannot take now; start its queue time."""
-        if self.state is not ModelState.READY:
+        # (``state``, spelled out: every request passes here)
+        if self._state is not ModelState.READY or not self._backend_model.healthy():
             raise UnavailableError(
                 f"Request for unknown model: '{self.name}' version {self.version} is not at "
                 "ready state"
@@ -513,7 +513,7 @@ class Model:
         scheduler = self._scheduler
         if self._inline and self._backend_model.loop_execution:
             instance = self._instances[0]
-            while scheduler.pending_count() and instance.inline_ready and instance.claim():
+            while scheduler.pending_count() and instance.claim_for_loop():
                 batch = scheduler.take_ready_batch()
                 if not batch:
                     instance.release()
@@ -612,10 +612,14 @@ class Model:
             self._dispatch_held()
         stats = self.stats
         end_ns = time.monotonic_ns()
+        size = inferences = 0  # the batch's size, and its inferences (no fillers)
         for request in batch:
             request.executing = False
             if request.trace is not None:
                 _trace_compute(request, timing)
+            size += request.batch_size
+            if not request.padding:
+                inferences += request.batch_size
         if isinstance(responses, ServerError):
             self._count_failed_execution(batch, responses, end_ns)
             for request in batch:
@@ -634,22 +638,26 @@ class Model:
         # here on the loop, as Triton's lasts until the backend has sent them. So request
         # = queue + compute input + infer + output, with no unaccounted overhead.
         timing.end_ns = end_ns
-        inferences = sum(r.batch_size for r in batch if not r.padding)
-        stats.record_execution(sum(r.batch_size for r in batch), timing, inferences)
+        stats.record_execution(size, timing, inferences)
         for index, (request, response) in enumerate(zip(batch, responses, strict=True)):
             if request.padding:
                 continue
             # An error the model answered with still counts as a successful execution, as
             # Triton counts it; so does a request answered through its response sender, and
             # each execution of a request the model rescheduled.
-            kept = retained.get(index)
+            kept = retained.get(index) if retained else None
             if isinstance(kept, Requeued):
                 start_ns = kept.queue_start_ns
                 stats.record_request_success(start_ns, start_ns, timing, end_ns)
                 continue  # queued again: not finished
-            # A reschedule that could not be honoured fails the request, as in Triton.
-            self._count_success(request, timing, end_ns, kept is not None)
+            # (``_count_success``, spelled out: this runs once per request)
+            start_ns = request.queue_start_ns
+            stats.record_request_success(start_ns, start_ns, timing, end_ns)
+            if request.compute_observer is not None:
+                request.compute_observer(timing)
             if kept is not None:
+                # A reschedule that could not be honoured fails the request, as in Triton.
+                stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
                 response = InferenceResponse.failed(kept)
             self._in_flight -= 1
             if response is None:  # answered through its response sender
@@ -661,10 +669,14 @@ class Model:
                 self._store_in_cache(request, response)
             if stats.first_response is not None and not self.spec.decoupled:
                 stats.record_first_response(request.arrival_ns, end_ns)
-            if response.error is None:
+            if response.error is None and request.requested_outputs is not None:
                 response = self._apply_classification(request, response)
-            self._release(request, response)
-        self._signal_if_drained()
+            if self._release_order is None:  # (``_release``'s common case)
+                request.deliver(response, True)
+            else:
+                self._release(request, response)
+        if self._in_flight == 0 and self._drained is not None:  # ``_signal_if_drained``
+            self._drained.set()
 
     def _keep_place(self, request: InferenceRequest) -> None:
         """With ``preserve_ordering``: ``request``'s place among the responses to come.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from pytriton_core.errors import ServerError, UnavailableError, UnsupportedError
 from pytriton_core.inference.request import InferenceRequest
@@ -41,6 +42,7 @@ class Requeued:
 # position -> Requeued, or the error to answer the request with (the model asked for a
 # reschedule that cannot be honoured).
 Retained = Mapping[int, ServerError | Requeued]
+NOTHING_RETAINED: Retained = MappingProxyType({})
 
 # Triton's words for a request a stopped scheduler refuses (Scheduler::Stop at server exit).
 STOPPING_MESSAGE = (
@@ -138,11 +140,14 @@ class Scheduler(abc.ABC):
         """``batch`` has executed on ``instance`` (``responses``: its answers, or the error
         that failed it). Schedulers without sequences re-queue nothing: a request the model
         asked to reschedule is answered with an error."""
-        return {
-            index: no_reschedule_error(request.model_name)
-            for index, request in enumerate(batch)
-            if request.reschedule
-        }
+        for request in batch:
+            if request.reschedule:
+                return {
+                    index: no_reschedule_error(asked.model_name)
+                    for index, asked in enumerate(batch)
+                    if asked.reschedule
+                }
+        return NOTHING_RETAINED  # (the common case: no comprehension run, no dict made)
 
     @abc.abstractmethod
     def stop(self, instance_count: int) -> None:

@@ -18,11 +18,12 @@ import sysconfig
 import threading
 import time
 import traceback
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Collection, Coroutine, Iterator, Sequence
 from pathlib import Path
 from types import CoroutineType, ModuleType
 from typing import Any
 
+import greenlet
 from google.protobuf.message import Message
 
 from pytriton_core.backends.base import (
@@ -53,7 +54,7 @@ from pytriton_core.errors import (
     ModelConfigError,
     ServerError,
 )
-from pytriton_core.inference.inline import InlineExecution, current_inline
+from pytriton_core.inference.inline import InlineExecution
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
@@ -327,6 +328,11 @@ class PythonInstance(BackendInstance):
         self._batch_runner = model.batch_runner()
         # Entered around every call into the model; one per instance (one worker thread).
         self._running = _running_model(location)
+        # ``_running`` and the server's bridge around ``execute``, in one block each: on
+        # the instance's thread or inside an ``InlineExecution`` (``_bridge``), or
+        # anywhere else (``_elsewhere_bridge``).
+        self._execute_scope = self._running.executing(self._bridge)
+        self._elsewhere_scope = self._running.executing(self._elsewhere_bridge)
         try:
             initializing = None if self._bridge is None else self._bridge.initializing()
             with self._scope("initialize", initializing):
@@ -364,15 +370,29 @@ class PythonInstance(BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         if self._batch_runner is not None:
             return self._batch_runner.execute(requests, timing, self._execute_stacked)
-        pb_requests = [self._to_pb_request(r) for r in requests]
-        timing.mark_input_done()
+        # A lone request (the common case) without the comprehensions' calls.
+        lone = len(requests) == 1
+        if lone:
+            pb_requests = [self._to_pb_request(requests[0])]
+        else:
+            pb_requests = [self._to_pb_request(r) for r in requests]
+        # (``mark_input_done`` and ``mark_infer_done``, spelled out)
+        timing.input_end_ns = time.monotonic_ns()
         result = self._call_execute(pb_requests, requests)
-        timing.mark_infer_done()
-        rescheduled = _rescheduled(pb_requests)
+        timing.infer_end_ns = time.monotonic_ns()
+        rescheduled = None
+        for pb_request in pb_requests:
+            if pb_request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                rescheduled = _rescheduled(pb_requests)
+                break
         if rescheduled is None:  # none was (the common case): the short way
             if result is not None and not self._model.decoupled:
-                _reset_rescheduled(requests)
+                for request in requests:  # none is to be rescheduled now
+                    if request.reschedule:
+                        request.reschedule = False
                 if type(result) is list and len(result) == len(requests):
+                    if lone:
+                        return [self._from_pb_response(result[0], requests[0])]
                     return [
                         self._from_pb_response(response, request)
                         for response, request in zip(result, requests)  # noqa: B905
@@ -418,22 +438,26 @@ class PythonInstance(BackendInstance):
     ) -> Any:
         # Off the instance's thread, calls are refused unless they can wait by suspending
         # the execution (on the loop, inside an ``InlineExecution``).
-        inline = None
+        inline: InlineExecution | None = None
         if threading.get_ident() == self._worker:
-            bridge = self._bridge
-        elif (inline := current_inline()) is not None:
-            bridge = self._bridge
-            self._inline = inline
+            scope = self._execute_scope
         else:
-            bridge = self._elsewhere_bridge
-        # ``_scope``'s blocks, entered here without a generator: this runs per execution.
-        with self._running, pb_utils.server_context(bridge, "execute"):
+            current = greenlet.getcurrent()  # (``current_inline``, without its call)
+            if isinstance(current, InlineExecution):
+                inline = self._inline = current
+                scope = self._execute_scope
+            else:
+                scope = self._elsewhere_scope
+        # ``_scope``'s blocks, as one made once: this runs per execution.
+        with scope:
             try:
                 result = self._python_model.execute(pb_requests)
-                if type(result) is CoroutineType and self._model.decoupled:
-                    self._run_in_background(result, requests)
-                    return None
-                return self._run(result)
+                if type(result) is CoroutineType:  # ``_run``'s test, without its call
+                    if self._model.decoupled:
+                        self._run_in_background(result, requests)
+                        return None
+                    return self._model_loop().run(result)
+                return result
             except Exception as exc:
                 raise InternalError(self._failure(exc)) from exc
             finally:
@@ -467,7 +491,7 @@ class PythonInstance(BackendInstance):
             parameters=dict(requests[0].parameters) if len(requests) == 1 else {},
             flags=0,
             timeout=0,
-            is_cancelled=lambda: all(r.cancelled for r in requests),
+            origin=_AllCancelled(requests),
             decoupled=False,
         )
         result = self._call_execute([stacked], requests)
@@ -535,9 +559,35 @@ class PythonInstance(BackendInstance):
         self._model.waits.unregister(self._key, self._spec.name)
 
     def _to_pb_request(self, request: InferenceRequest) -> pb_utils.InferenceRequest:
-        gpu = self._model.gpu_inputs
-        inputs = [to_pb_tensor(t, gpu) for t in request.inputs.values()]
+        model = self._model
+        if model.gpu_inputs:
+            inputs = [to_pb_tensor(t, True) for t in request.inputs.values()]
+        else:  # (``to_pb_tensor`` without a GPU: every input wrapped as it is, on the host)
+            from_server = pb_utils.Tensor._from_server
+            inputs = [from_server(t.name, t.data, t.datatype) for t in request.inputs.values()]
+        requested = request.requested_outputs  # (``request.output_names``, spelled out)
+        parameters = request.parameters
+        # A decoupled model's sender is made now, when its first response's work starts;
+        # a default-mode model's only if it asks for it (few do: no closure per request).
+        decoupled = model.decoupled
+        return pb_utils.InferenceRequest._from_server(
+            request_id=request.id,
+            correlation_id=request.correlation_id,
+            inputs=inputs,
+            requested_output_names=model._output_names if requested is None else list(requested),
+            parameters=dict(parameters) if parameters else {},
+            flags=request.flags,
+            timeout=request.timeout_us,
+            send_hook=self.send_hook(request) if decoupled else None,
+            responder=None if decoupled else self,
+            origin=request,
+            decoupled=decoupled,
+            trace=request.trace,
+        )
 
+    def send_hook(self, request: InferenceRequest) -> pb_utils.SendHook:
+        """What a model's ``get_response_sender()`` sends ``request``'s responses through
+        (``pb_utils.Responder``)."""
         last_sent_ns = time.monotonic_ns()  # a response's work starts after the previous one
         sent = False
 
@@ -557,19 +607,7 @@ class PythonInstance(BackendInstance):
                 # interpreter's next switch (5 ms), or after the whole stream.
                 time.sleep(0)
 
-        return pb_utils.InferenceRequest._from_server(
-            request_id=request.id,
-            correlation_id=request.correlation_id,
-            inputs=inputs,
-            requested_output_names=request.output_names(self._model._output_names),
-            parameters=dict(request.parameters),
-            flags=request.flags,
-            timeout=request.timeout_us,
-            send_hook=send,
-            is_cancelled=lambda: request.cancelled,
-            decoupled=self._model.decoupled,
-            trace=request.trace,
-        )
+        return send
 
     def _from_pb_response(self, response: Any, request: InferenceRequest) -> InferenceResponse:
         if not isinstance(response, pb_utils.InferenceResponse):
@@ -585,11 +623,14 @@ class PythonInstance(BackendInstance):
                 parameters=parameters, error=_server_error(error.code(), error.message())
             )
         model = self._model
-        if request.requested_outputs is None:
-            kept: frozenset[str] | set[str] = model.all_outputs_kept
+        requested = request.requested_outputs
+        kept: Collection[str]
+        if requested is None:
+            kept = model.all_outputs_kept
+        elif model.state_outputs:
+            kept = {*requested, *model.state_outputs}
         else:
-            kept = set(request.requested_outputs)
-            kept.update(model.state_outputs)
+            kept = requested  # (its keys: no set made per request)
         staging = self._staging
         outputs = [
             from_pb_tensor(tensor, staging)
@@ -599,22 +640,24 @@ class PythonInstance(BackendInstance):
         return InferenceResponse(outputs=outputs, parameters=parameters)
 
 
-def _rescheduled(pb_requests: list[pb_utils.InferenceRequest]) -> list[bool] | None:
-    """Which requests the model released with RELEASE_RESCHEDULE; None when none was."""
-    for request in pb_requests:
-        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            return [
-                r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-                for r in pb_requests
-            ]
-    return None
+class _AllCancelled:
+    """A stacked request (BATCHED_EXECUTE) is cancelled once all of its requests are."""
+
+    __slots__ = ("_requests",)
+
+    def __init__(self, requests: Sequence[InferenceRequest]) -> None:
+        self._requests = requests
+
+    @property
+    def cancelled(self) -> bool:
+        return all(r.cancelled for r in self._requests)
 
 
-def _reset_rescheduled(requests: Sequence[InferenceRequest]) -> None:
-    """``_mark_rescheduled`` with none rescheduled."""
-    for request in requests:
-        if request.reschedule:
-            request.reschedule = False
+def _rescheduled(pb_requests: list[pb_utils.InferenceRequest]) -> list[bool]:
+    """Which requests the model released with RELEASE_RESCHEDULE (one at least was)."""
+    return [
+        r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE for r in pb_requests
+    ]
 
 
 def _mark_rescheduled(requests: Sequence[InferenceRequest], rescheduled: list[bool]) -> None:

@@ -25,7 +25,9 @@ def to_pb_tensor(tensor: Tensor, gpu: bool) -> pb_utils.Tensor:
 def from_pb_tensor(tensor: pb_utils.Tensor, staging: StagingPool | None) -> Tensor:
     """A tensor model code made, for the server (a GPU one is copied to the host, or to a
     client's region, only when that is where it goes)."""
-    name, datatype, array = tensor._server_parts()
+    # (its fields read here, not through an accessor: every output of every response
+    # passes here)
+    array = tensor._array
     if array is not None:
-        return Tensor(name, datatype, array)
-    return DeviceTensor(name, datatype, tensor._server_device_array(staging))
+        return Tensor(tensor._name, tensor._datatype, array)
+    return DeviceTensor(tensor._name, tensor._datatype, tensor._server_device_array(staging))

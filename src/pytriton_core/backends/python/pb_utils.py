@@ -15,15 +15,18 @@ Server-facing hooks (private names; the backend and the server drive these, mode
 * ``Tensor._from_server(name, array, datatype) -> Tensor``: wraps a CPU array
   without copying or checking (BYTES: an object array; BF16: any 2-byte dtype, viewed as
   ``ml_dtypes.bfloat16``). ``tensor._server_array()`` gives the array back (BF16 as
-  bfloat16, no ``as_numpy`` refusal); ``tensor._server_parts()`` its name, datatype and
-  host array (None: GPU memory).
+  bfloat16, no ``as_numpy`` refusal); the server reads ``tensor._name``, ``_datatype``
+  and ``_array`` (the host array; None: GPU memory) directly.
 * ``InferenceRequest._from_server(*, request_id, correlation_id, inputs,
-  requested_output_names, parameters, flags, timeout, send_hook=None, is_cancelled=None,
-  decoupled=True, trace=None) -> InferenceRequest``; ``trace``: the server's trace of the
-  request (``request.trace()._server``), which a BLS request given it traces as a child.
-  ``send_hook(response, final)`` receives each response the model sends (``None`` for a
-  flag-only FINAL); it is called under the sender's lock, so in order, and must not block;
-  if it raises, the model sees the exception and the sender's state is unchanged.
+  requested_output_names, parameters, flags, timeout, send_hook=None, responder=None,
+  origin=None, decoupled=True, trace=None) -> InferenceRequest``; ``trace``: the server's
+  trace of the request (``request.trace()._server``), which a BLS request given it traces
+  as a child. ``origin``: what ``is_cancelled()`` reads (its ``cancelled``; None: never
+  cancelled), the server's request. ``send_hook(response, final)`` receives each response
+  the model sends (``None`` for a flag-only FINAL); it is called under the sender's lock,
+  so in order, and must not block; if it raises, the model sees the exception and the
+  sender's state is unchanged. Without ``send_hook``, ``responder.send_hook(origin)``
+  makes it when the model first asks for the sender (neither: the request has no sender).
   ``decoupled=False`` applies Triton's default-mode rules (at most one response, no FINAL
   before it). After ``execute``, ``request._release_flags`` holds what
   ``set_release_flags`` set (RELEASE_ALL by default).
@@ -60,7 +63,7 @@ import enum
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pytriton_core.backends.python.pb_utils_config import (
     TRITON_STRING_TO_NUMPY,
@@ -266,9 +269,20 @@ class InferenceResponse:
     ) -> None:
         if error is not None and not isinstance(error, TritonError):
             raise TypeError(f"error must be a TritonError, not {type(error).__name__}")
-        self._output_tensors = _validated_tensors(output_tensors, "output_tensors")
+        # Every response a model makes passes here: a list of Tensor objects (what models
+        # pass) is checked in this loop, anything else by ``_validated_tensors``.
+        tensors: list[Tensor] | None = None
+        if type(output_tensors) is list:
+            tensors = list(output_tensors)
+            for tensor in tensors:
+                if type(tensor) is not Tensor:
+                    tensors = None
+                    break
+        self._output_tensors = (
+            tensors if tensors is not None else _validated_tensors(output_tensors, "output_tensors")
+        )
         self._error = error
-        self._parameters = _parameters_dict(parameters)
+        self._parameters = {} if parameters is None else _parameters_dict(parameters)
 
     @classmethod
     def _from_server(
@@ -300,15 +314,26 @@ class InferenceResponse:
 SendHook = Callable[[InferenceResponse | None, bool], None]
 
 
+class Cancellable(Protocol):
+    """What a request delivered by the server is for (the server's request): whether
+    it is cancelled."""
+
+    @property
+    def cancelled(self) -> bool: ...
+
+
+class Responder(Protocol):
+    """Makes a delivered request's send hook when the model first asks for its sender
+    (most models never do: no hook is made for their requests)."""
+
+    def send_hook(self, origin: Any) -> SendHook: ...
+
+
 def _no_sender(response: InferenceResponse | None, final: bool) -> None:
     raise TritonModelException(
         "Unable to send response. This request was not delivered by the server, so it has "
         "no response sender."
     )
-
-
-def _never_cancelled() -> bool:
-    return False
 
 
 class InferenceResponseSender:
@@ -406,14 +431,15 @@ class InferenceRequest:
         "_decoupled",
         "_flags",
         "_inputs",
-        "_is_cancelled",
         "_model_name",
         "_model_version",
+        "_origin",
         "_parameters",
         "_preferred_memory",
         "_release_flags",
         "_request_id",
         "_requested_output_names",
+        "_responder",
         "_send_hook",
         "_sender",
         "_timeout",
@@ -424,15 +450,16 @@ class InferenceRequest:
     _decoupled: bool
     _flags: int
     _inputs: list[Tensor]
-    _is_cancelled: Callable[[], bool]
     _model_name: str
     _model_version: int
+    _origin: Cancellable | None
     _parameters: dict[str, Any]
     _preferred_memory: PreferredMemory
     _release_flags: int
     _request_id: str
     _requested_output_names: list[str]
-    _send_hook: SendHook
+    _responder: Responder | None
+    _send_hook: SendHook | None
     _sender: InferenceResponseSender | None
     _timeout: int
     _trace: InferenceTrace
@@ -486,9 +513,10 @@ class InferenceRequest:
         self._preferred_memory = preferred_memory or _NO_PREFERENCE
         self._trace = trace if trace is not None else _UNTRACED
         self._parameters = {} if parameters is None else _parameters_dict(parameters)
-        self._send_hook = _no_sender
+        self._send_hook = None
+        self._responder = None
         self._decoupled = True
-        self._is_cancelled = _never_cancelled
+        self._origin = None
         self._sender = None
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
@@ -504,7 +532,8 @@ class InferenceRequest:
         flags: int,
         timeout: int,
         send_hook: SendHook | None = None,
-        is_cancelled: Callable[[], bool] | None = None,
+        responder: Responder | None = None,
+        origin: Cancellable | None = None,
         decoupled: bool = True,
         trace: Any = None,
     ) -> InferenceRequest:
@@ -520,9 +549,10 @@ class InferenceRequest:
         request._preferred_memory = _NO_PREFERENCE
         request._trace = InferenceTrace._of(trace) if trace is not None else _UNTRACED
         request._parameters = parameters
-        request._send_hook = send_hook or _no_sender
+        request._send_hook = send_hook
+        request._responder = responder
         request._decoupled = decoupled
-        request._is_cancelled = is_cancelled or _never_cancelled
+        request._origin = origin
         request._sender = None
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
@@ -560,13 +590,16 @@ class InferenceRequest:
     def get_response_sender(self) -> InferenceResponseSender:
         """This request's one sender (the same object on every call)."""
         if self._sender is None:
-            self._sender = InferenceResponseSender(
-                self._send_hook, self._decoupled, self._is_cancelled
-            )
+            hook = self._send_hook
+            if hook is None:
+                responder = self._responder
+                hook = _no_sender if responder is None else responder.send_hook(self._origin)
+            self._sender = InferenceResponseSender(hook, self._decoupled, self.is_cancelled)
         return self._sender
 
     def is_cancelled(self) -> bool:
-        return self._is_cancelled()
+        origin = self._origin
+        return origin is not None and origin.cancelled
 
     def set_release_flags(self, flags: int) -> None:
         """RELEASE_RESCHEDULE puts the request back in the queue (iterative sequences)."""

@@ -186,6 +186,44 @@ class ModelContext:
         active_registry.reset(metrics_token)
         _model_dir.reset(path_token)
 
+    def executing(self, bridge: ServerBridge | None) -> ExecuteScope:
+        """This context and ``server_context(bridge, "execute")`` as one block."""
+        return ExecuteScope(self._path, self._metrics, bridge)
+
+
+class ExecuteScope:
+    """``ModelContext`` and ``server_context(bridge, "execute")`` in one block: made once
+    per instance and bridge, entered around every ``execute`` (one block instead of two,
+    and no object made per execution). Not re-entrant: an instance executes one batch at a
+    time, and a second entry while one is open is refused."""
+
+    __slots__ = ("_metrics", "_path", "_server", "_tokens")
+
+    def __init__(
+        self, path: str, metrics: MetricRegistry | None, bridge: ServerBridge | None
+    ) -> None:
+        self._path = path
+        self._metrics = metrics
+        self._server = None if bridge is None else (bridge, _EXECUTE)
+        self._tokens: tuple[Any, Any, Any] | None = None
+
+    def __enter__(self) -> None:
+        if self._tokens is not None:
+            raise RuntimeError("an instance's execute scope entered twice")
+        self._tokens = (
+            _model_dir.set(self._path),
+            active_registry.set(self._metrics),
+            _server.set(self._server),
+        )
+
+    def __exit__(self, *exc_info: object) -> None:
+        tokens = self._tokens
+        assert tokens is not None
+        self._tokens = None
+        _server.reset(tokens[2])
+        active_registry.reset(tokens[1])
+        _model_dir.reset(tokens[0])
+
 
 def get_model_dir() -> str:
     """The directory of the running model (``<repository>/<model>``)."""

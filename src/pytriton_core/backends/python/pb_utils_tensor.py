@@ -40,6 +40,7 @@ DEVICE_CUDA = 2  # kDLCUDA
 DEVICE_CUDA_HOST = 3  # kDLCUDAHost: pinned host memory, readable as CPU memory
 CPU_DEVICES = (DEVICE_CPU, DEVICE_CUDA_HOST)
 SUPPORTED_DEVICES = (DEVICE_CPU, DEVICE_CUDA, DEVICE_CUDA_HOST)
+_ON_CPU = (DEVICE_CPU, 0)  # a host tensor's DLPack device
 
 _KDL_UINT = 1
 _KDL_BFLOAT = 4
@@ -296,14 +297,21 @@ class Tensor:
             raise TritonModelException(f"numpy dtype {array.dtype} has no Triton datatype")
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
-        self._set_cpu(name, datatype, array)
+        # ``_set_cpu``'s stores, spelled out: every output a model makes passes here.
+        self._name = name
+        self._datatype = datatype
+        self._array = array
+        self._shape = array.shape
+        self._device = _ON_CPU
+        self._external = None
+        self._server_input = False
 
     def _set_cpu(self, name: str, datatype: types.DataType, array: npt.NDArray[Any]) -> None:
         self._name = name
         self._datatype = datatype
         self._array = array
         self._shape = array.shape
-        self._device = (DEVICE_CPU, 0)
+        self._device = _ON_CPU
         self._external = None
         self._server_input = False
 
@@ -316,8 +324,14 @@ class Tensor:
             and array.dtype != datatype.numpy_dtype
         ):
             array = array.view(datatype.numpy_dtype)
+        # ``_set_cpu``'s stores, spelled out: every input of every request passes here.
         tensor = cls.__new__(cls)
-        tensor._set_cpu(name, datatype, array)
+        tensor._name = name
+        tensor._datatype = datatype
+        tensor._array = array
+        tensor._shape = array.shape
+        tensor._device = _ON_CPU
+        tensor._external = None
         tensor._server_input = True
         return tensor
 
@@ -438,11 +452,6 @@ class Tensor:
             (capsule, self._external),
             staging,
         )
-
-    def _server_parts(self) -> tuple[str, types.DataType, npt.NDArray[Any] | None]:
-        """Name, datatype and host array (None: GPU memory), for the server in one call:
-        every BLS input and every model output passes here."""
-        return self._name, self._datatype, self._array
 
     def __repr__(self) -> str:
         where = "cpu" if self.is_cpu() else f"device={self._device}"
