@@ -179,12 +179,7 @@ class ModelInstance:
 
     def claim_for_loop(self) -> bool:
         """``inline_ready`` and ``claim`` in one call (the loop asks once per request)."""
-        return (
-            self._short_streak >= INLINE_AFTER
-            and self._backend_instance is not None
-            and self._rate_limit is None
-            and self._executing.acquire(blocking=False)
-        )
+        return self._short_streak >= INLINE_AFTER and self.claim()
 
     def claim_next(self) -> bool:
         """On the loop: take the instance for one more batch started from the loop while
@@ -304,30 +299,21 @@ class ModelInstance:
         timing = ComputeTiming(start_ns=time.monotonic_ns())
         self._running_batch = (timing.start_ns, len(batch))
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
-            self._log_executing(batch)
+            log.debug(
+                "model %s, instance %s, executing %d requests",
+                self._model_name,
+                self.spec.name,
+                len(batch),
+            )
         for request in batch:
             request.executing = True
         return timing
-
-    def _log_executing(self, batch: list[InferenceRequest]) -> None:
-        log.debug(
-            "model %s, instance %s, executing %d requests",
-            self._model_name,
-            self.spec.name,
-            len(batch),
-        )
 
     def _execute(
         self, backend_instance: BackendInstance, batch: list[InferenceRequest]
     ) -> BatchOutcome:
         """Run one batch; its outcome is what ``on_batch_done`` takes after the batch."""
-        # ``_started``, spelled out: this runs once per batch, inline once per request.
-        timing = ComputeTiming(time.monotonic_ns())
-        self._running_batch = (timing.start_ns, len(batch))
-        if log.isEnabledFor(logging.DEBUG):  # --log-verbose=1, in Triton's words
-            self._log_executing(batch)
-        for request in batch:
-            request.executing = True
+        timing = self._started(batch)
         responses: Sequence[InferenceResponse | None] | ServerError
         try:
             responses = backend_instance.execute(batch, timing)
@@ -347,12 +333,9 @@ class ModelInstance:
         responses: Sequence[InferenceResponse | None] | ServerError,
     ) -> BatchOutcome:
         """After an execution: timing, the short-execution streak, the scheduler's word."""
-        # ``timing.close()``, spelled out: this runs once per batch.
-        end_ns = timing.end_ns = timing.end_ns or time.monotonic_ns()
-        timing.input_end_ns = timing.input_end_ns or timing.start_ns
-        timing.infer_end_ns = timing.infer_end_ns or end_ns
+        timing.close()
         self._running_batch = None
-        short = end_ns - timing.start_ns < INLINE_BUDGET_NS
+        short = timing.end_ns - timing.start_ns < INLINE_BUDGET_NS
         self._short_streak = self._short_streak + 1 if short else 0
         # Before the next batch: a sequence's state and re-queued requests are settled
         # in execution order.

@@ -439,8 +439,7 @@ class Model:
 
     def _admit(self, request: InferenceRequest) -> None:
         """Refuse a request the model cannot take now; start its queue time."""
-        # (``state``, spelled out: every request passes here)
-        if self._state is not ModelState.READY or not self._backend_model.healthy():
+        if self.state is not ModelState.READY:
             raise UnavailableError(
                 f"Request for unknown model: '{self.name}' version {self.version} is not at "
                 "ready state"
@@ -650,14 +649,9 @@ class Model:
                 start_ns = kept.queue_start_ns
                 stats.record_request_success(start_ns, start_ns, timing, end_ns)
                 continue  # queued again: not finished
-            # (``_count_success``, spelled out: this runs once per request)
-            start_ns = request.queue_start_ns
-            stats.record_request_success(start_ns, start_ns, timing, end_ns)
-            if request.compute_observer is not None:
-                request.compute_observer(timing)
+            # A reschedule that could not be honoured fails the request, as in Triton.
+            self._count_success(request, timing, end_ns, kept is not None)
             if kept is not None:
-                # A reschedule that could not be honoured fails the request, as in Triton.
-                stats.record_request_failure(request.arrival_ns, end_ns, FailureReason.REJECTED)
                 response = InferenceResponse.failed(kept)
             self._in_flight -= 1
             if response is None:  # answered through its response sender

@@ -23,7 +23,6 @@ from pathlib import Path
 from types import CoroutineType, ModuleType
 from typing import Any
 
-import greenlet
 from google.protobuf.message import Message
 
 from pytriton_core.backends.base import (
@@ -54,7 +53,7 @@ from pytriton_core.errors import (
     ModelConfigError,
     ServerError,
 )
-from pytriton_core.inference.inline import InlineExecution
+from pytriton_core.inference.inline import InlineExecution, current_inline
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
@@ -376,15 +375,10 @@ class PythonInstance(BackendInstance):
             pb_requests = [self._to_pb_request(requests[0])]
         else:
             pb_requests = [self._to_pb_request(r) for r in requests]
-        # (``mark_input_done`` and ``mark_infer_done``, spelled out)
-        timing.input_end_ns = time.monotonic_ns()
+        timing.mark_input_done()
         result = self._call_execute(pb_requests, requests)
-        timing.infer_end_ns = time.monotonic_ns()
-        rescheduled = None
-        for pb_request in pb_requests:
-            if pb_request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-                rescheduled = _rescheduled(pb_requests)
-                break
+        timing.mark_infer_done()
+        rescheduled = _rescheduled(pb_requests)
         if rescheduled is None:  # none was (the common case): the short way
             if result is not None and not self._model.decoupled:
                 for request in requests:  # none is to be rescheduled now
@@ -442,9 +436,9 @@ class PythonInstance(BackendInstance):
         if threading.get_ident() == self._worker:
             scope = self._execute_scope
         else:
-            current = greenlet.getcurrent()  # (``current_inline``, without its call)
-            if isinstance(current, InlineExecution):
-                inline = self._inline = current
+            inline = current_inline()
+            if inline is not None:
+                self._inline = inline
                 scope = self._execute_scope
             else:
                 scope = self._elsewhere_scope
@@ -452,12 +446,10 @@ class PythonInstance(BackendInstance):
         with scope:
             try:
                 result = self._python_model.execute(pb_requests)
-                if type(result) is CoroutineType:  # ``_run``'s test, without its call
-                    if self._model.decoupled:
-                        self._run_in_background(result, requests)
-                        return None
-                    return self._model_loop().run(result)
-                return result
+                if type(result) is CoroutineType and self._model.decoupled:
+                    self._run_in_background(result, requests)
+                    return None
+                return self._run(result)
             except Exception as exc:
                 raise InternalError(self._failure(exc)) from exc
             finally:
@@ -653,11 +645,15 @@ class _AllCancelled:
         return all(r.cancelled for r in self._requests)
 
 
-def _rescheduled(pb_requests: list[pb_utils.InferenceRequest]) -> list[bool]:
-    """Which requests the model released with RELEASE_RESCHEDULE (one at least was)."""
-    return [
-        r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE for r in pb_requests
-    ]
+def _rescheduled(pb_requests: list[pb_utils.InferenceRequest]) -> list[bool] | None:
+    """Which requests the model released with RELEASE_RESCHEDULE; None when none was."""
+    for request in pb_requests:
+        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            return [
+                r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+                for r in pb_requests
+            ]
+    return None
 
 
 def _mark_rescheduled(requests: Sequence[InferenceRequest], rescheduled: list[bool]) -> None:
