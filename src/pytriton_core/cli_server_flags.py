@@ -39,12 +39,13 @@ NOTED_FLAGS: dict[str, _Noted] = {
     ),
     "--grpc-infer-thread-count": _Noted(
         "INT",
-        "gRPC calls are served by grpc.aio on the event loop shared with HTTP. There is no "
-        "gRPC inference thread pool to size.",
+        "gRPC calls are served on the event loop shared with HTTP (this server's own HTTP/2 "
+        "transport). There is no gRPC inference thread pool to size.",
     ),
     "--grpc-max-response-pool-size": _Noted(
         "INT",
-        "grpc.aio allocates each response message per call. There is no response pool.",
+        "each gRPC response is serialized straight into the frame that carries it. There is no "
+        "response pool.",
     ),
     "--buffer-manager-thread-count": _Noted(
         "INT",
@@ -78,7 +79,8 @@ NOTED_FLAGS: dict[str, _Noted] = {
 }
 
 _GRPC_POOL_MEANING = (
-    "grpc.aio allocates each request and response message per call. There is no pool to size."
+    "each gRPC request is read from the frames that carry it, and each response serialized "
+    "into its frame. There is no pool to size."
 )
 
 

@@ -51,7 +51,7 @@ class CompressionLevel(enum.Enum):
 class GrpcOptions:
     """The gRPC endpoint's transport settings (tritonserver's ``--grpc-*`` flags and defaults)."""
 
-    # Accepted for compatibility: grpc.aio allocates request and response objects per call.
+    # Accepted for compatibility: the gRPC transport keeps no message pool to size.
     infer_allocation_pool_size: int = 8
     response_compression_level: CompressionLevel = CompressionLevel.NONE
     keepalive_time_ms: int = 7_200_000

@@ -199,8 +199,20 @@ class InferenceService:
             request.trace = self._tracer.sample(model.name)
         model.submit(request)
 
+    def submit_for_answer(
+        self,
+        model: Model,
+        request: InferenceRequest,
+        on_answer: Callable[[InferenceResponse], None],
+    ) -> None:
+        """Submit a request expecting exactly one response; ``on_answer`` gets it (or the
+        error that stands for it) once the request is done: before this returns when the
+        request runs inline. The gRPC front end answers ModelInfer from it, with no task."""
+        request.on_response = _SingleAnswer(on_answer)
+        self.submit(model, request)
+
     async def infer(self, model: Model, request: InferenceRequest) -> InferenceResponse:
-        """Submit a request expecting exactly one response (HTTP /infer, gRPC ModelInfer)."""
+        """Submit a request expecting exactly one response (HTTP /infer)."""
         answer = _SingleAnswer()
         request.on_response = answer
         self.submit(model, request)
@@ -444,14 +456,16 @@ class _SingleAnswer:
     """Collects a request's responses until its final one (``InferenceService.infer``).
 
     A request that runs inline is answered before ``submit`` returns: then no future is
-    made and the handler never waits."""
+    made and the handler never waits. With ``on_answer``, the answer is handed to it
+    instead of waited for."""
 
-    __slots__ = ("future", "responses", "value")
+    __slots__ = ("future", "on_answer", "responses", "value")
 
-    def __init__(self) -> None:
+    def __init__(self, on_answer: Callable[[InferenceResponse], None] | None = None) -> None:
         self.responses: list[InferenceResponse] = []
         self.value: InferenceResponse | None = None
         self.future: asyncio.Future[None] | None = None
+        self.on_answer = on_answer
 
     def __call__(self, response: InferenceResponse | None, final: bool) -> None:
         if response is not None:
@@ -464,5 +478,7 @@ class _SingleAnswer:
             self.value = InferenceResponse.failed(
                 InternalError(f"expected a single response, got {len(self.responses)}")
             )
-        if self.future is not None and not self.future.done():
+        if self.on_answer is not None:
+            self.on_answer(self.value)
+        elif self.future is not None and not self.future.done():
             self.future.set_result(None)

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
-
 from pytriton_core import proto
+from pytriton_core.frontends.grpc.calls import Method, TaskCall
 from pytriton_core.frontends.grpc.restricted import restriction_of
-from pytriton_core.frontends.grpc.service import answering_errors
 from pytriton_core.service import InferenceService
 
 SERVICE_NAME = proto.HEALTH_SERVICE.full_name
@@ -20,20 +18,17 @@ _HealthCheckRequest: Any = proto.message_class("grpc.health.v1.HealthCheckReques
 _HealthCheckResponse: Any = proto.message_class("grpc.health.v1.HealthCheckResponse")
 
 
-def health_handler(service: InferenceService) -> grpc.GenericRpcHandler:
+def health_methods(service: InferenceService) -> list[tuple[str, Method]]:
     async def check(request: Any) -> Any:
         status = "SERVING" if service.is_ready() else "NOT_SERVING"
         return _HealthCheckResponse(status=status)
 
-    return grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {
-            "Check": grpc.unary_unary_rpc_method_handler(
-                answering_errors(
-                    check, "Health/Check", restriction_of(service.options.restricted.grpc, "Check")
-                ),
-                request_deserializer=_HealthCheckRequest.FromString,
-                response_serializer=_HealthCheckResponse.SerializeToString,
-            )
-        },
+    method = Method(
+        "Health/Check",
+        TaskCall.start,
+        handler=check,
+        parse=_HealthCheckRequest.FromString,
+        restriction=restriction_of(service.options.restricted.grpc, "Check"),
+        verbose_name="Health/Check",
     )
+    return [(f"/{SERVICE_NAME}/Check", method)]

@@ -122,11 +122,12 @@ def request_id_of(data: bytes) -> str:
     return request_id
 
 
-def forward_metadata(request: InferenceRequest, context: Any, options: GrpcOptions) -> None:
+def forward_metadata(
+    request: InferenceRequest, metadata: Iterable[tuple[str, object]], options: GrpcOptions
+) -> None:
     """``--grpc-header-forward-pattern``: matching metadata become request parameters."""
     pattern = compile_pattern(options.header_forward_pattern)
     if pattern is not None:
-        metadata = context.invocation_metadata() or ()
         forward_headers(request, ((str(k), str(v)) for k, v in metadata), pattern)
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import grpc
-
+from pytriton_core.errors import UnavailableError
 from pytriton_core.options import ApiCategory, RestrictedApis, Restriction
 from pytriton_core.restricted import grpc_denial
 
@@ -41,13 +40,13 @@ def restriction_of(restricted: RestrictedApis, rpc: str) -> Restriction | None:
     return restricted.get(CATEGORY_BY_RPC[rpc])
 
 
-async def refuse_unless_allowed(
-    restriction: Restriction | None, context: grpc.aio.ServicerContext
+def refuse_unless_allowed(
+    restriction: Restriction | None, metadata: Iterable[tuple[str, object]]
 ) -> None:
-    """Abort the call with Triton's status and message when it lacks the restriction's key."""
+    """Refuse the call with Triton's status (UNAVAILABLE) and message when its metadata
+    lacks the restriction's key."""
     if restriction is None:
         return
-    metadata: Iterable[tuple[str, object]] = context.invocation_metadata() or ()
     denial = grpc_denial(restriction, metadata)
     if denial is not None:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, denial)
+        raise UnavailableError(denial)

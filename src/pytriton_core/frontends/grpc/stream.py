@@ -23,8 +23,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator
-
-import grpc
+from typing import TYPE_CHECKING
 
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.frontends.grpc.infer_codec import (
@@ -40,6 +39,9 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.service import InferenceService
 
+if TYPE_CHECKING:
+    from pytriton_core.frontends.grpc.calls import StreamCall
+
 log = logging.getLogger(__name__)
 
 GRPC_ERROR_HEADER = "triton_grpc_error"
@@ -49,10 +51,10 @@ MAX_IN_FLIGHT = 1024
 
 
 class InferStream:
-    def __init__(self, service: InferenceService, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, service: InferenceService, call: StreamCall) -> None:
         self._service = service
-        self._context = context
-        metadata = context.invocation_metadata() or ()
+        self._call = call
+        metadata = call.metadata
         self._grpc_errors = any(
             key == GRPC_ERROR_HEADER and str(value).lower() == "true" for key, value in metadata
         )
@@ -72,7 +74,7 @@ class InferStream:
         try:
             while (message := await self._outbox.get()) is not None:
                 try:
-                    await self._context.write(message)
+                    await self._call.write(message)
                 except Exception as exc:  # the call is over (the client went away)
                     log.debug("ModelStreamInfer: write failed, the stream ends: %r", exc)
                     return
@@ -82,8 +84,7 @@ class InferStream:
             reader.cancel()
             self._close()
         if self._failure is not None:
-            failure = self._failure
-            await self._context.abort(grpc.StatusCode[failure.grpc_status_name], failure.message)
+            raise self._failure  # the call ends with its status
 
     async def _read(self, requests: AsyncIterator[bytes]) -> None:
         try:
@@ -101,7 +102,7 @@ class InferStream:
         decoded: DecodedInfer | None = None
         try:
             decoded = decode_infer_request(self._service, data, unary=False)
-            forward_metadata(decoded.request, self._context, self._service.options.grpc)
+            forward_metadata(decoded.request, self._call.metadata, self._service.options.grpc)
             request = decoded.request
             request.trace = self._service.start_trace(decoded.model)
             if request.trace is not None:

@@ -65,7 +65,7 @@ from pytriton_core.frontends.http.reaper import expire_slow_requests
 from pytriton_core.frontends.http.router import Router
 from pytriton_core.frontends.http.streaming import SSE_COMMENT, write_stream
 from pytriton_core.frontends.http.timing import RECEIVED
-from pytriton_core.frontends.http.tls import CertificateReloader
+from pytriton_core.frontends.tls import CertificateReloader
 from pytriton_core.options import LimitOptions
 from pytriton_core.service import InferenceService
 
