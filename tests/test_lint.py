@@ -23,7 +23,8 @@ IMPORTED_ONLY_BY = {
     "tl2cgen": ("pytriton_core.backends.fil",),
     "lightgbm": ("pytriton_core.backends.fil",),
     "xgboost": ("pytriton_core.backends.fil",),
-    "grpc": ("pytriton_core.frontends.grpc",),
+    # The gRPC front end speaks HTTP/2 itself (csrc/h2): grpcio is for clients only.
+    "grpc": (),
     "httptools": ("pytriton_core.frontends.http",),
 }
 

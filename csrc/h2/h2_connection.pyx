@@ -563,7 +563,9 @@ cdef class H2ServerConnection:
             return 0
         if stream.unary:
             message, stream.unary_message = stream.unary_message, None
-            stream.call = self._handler.unary_call(stream, message, stream.unary_compressed)
+            call = self._handler.unary_call(stream, message, stream.unary_compressed)
+            if stream.stream_id in self.streams:  # not answered yet: the call goes on
+                stream.call = call
         elif stream.call is not None:
             stream.call.end_received()
         self._forget_if_done(stream)
@@ -783,9 +785,10 @@ cdef class H2ServerConnection:
         if stream is None:
             return 0
         stream.remote_closed = stream.local_closed = True
+        call = stream.call
         self._drop(stream)
-        if stream.call is not None:
-            stream.call.reset_received(_u32(payload))
+        if call is not None:
+            call.reset_received(_u32(payload))
         return 0
 
     # ------------------------------------------------------------ flow control, in
@@ -1040,7 +1043,10 @@ cdef class H2ServerConnection:
         return 0
 
     cdef _drop(self, H2Stream stream):
+        """The stream is over: forget it, and what it held (its call too: the call refers
+        to the stream, and that cycle would wait for a garbage collection)."""
         self.streams.pop(stream.stream_id, None)
+        stream.call = None
         stream.pending = []
         stream.pending_bytes = 0
         stream.pending_trailers = None
@@ -1060,9 +1066,10 @@ cdef class H2ServerConnection:
         """RST_STREAM ``code``; the call, if the handler has one, is told."""
         self._queue_rst(stream.stream_id, code)
         stream.remote_closed = stream.local_closed = True
+        call = stream.call
         self._drop(stream)
-        if stream.call is not None:
-            stream.call.reset_received(code)
+        if call is not None:
+            call.reset_received(code)
         return 0
 
     cdef int _refuse(self, H2Stream stream, int status, str message) except -1:
@@ -1108,11 +1115,13 @@ cdef class H2ServerConnection:
     def close_streams(self) -> list:
         """The connection is gone: every open stream's call (those that have one), each
         stream closed here."""
+        cdef H2Stream stream
         calls = []
         for stream in list(self.streams.values()):
-            (<H2Stream>stream).remote_closed = (<H2Stream>stream).local_closed = True
-            if (<H2Stream>stream).call is not None:
-                calls.append((<H2Stream>stream).call)
+            stream.remote_closed = stream.local_closed = True
+            if stream.call is not None:
+                calls.append(stream.call)
+            stream.call = None
         self.streams.clear()
         self._blocked = []
         return calls

@@ -261,6 +261,10 @@ class InferCall(Call):
     def _answered(self, response: InferenceResponse) -> None:
         decoded = self._decoded
         assert decoded is not None
+        # The request, its answer callback and this call refer to each other: cut that, so
+        # that the request (and a shared-memory region it reads) goes when the call does.
+        self._decoded = None
+        decoded.request.on_response = None
         trace = decoded.request.trace
         if self.done:  # reset, or timed out: nobody reads the answer
             if trace is not None:
