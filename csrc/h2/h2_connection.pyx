@@ -231,7 +231,10 @@ cdef class H2Stream:
     cdef uint8_t prefix[5]
     cdef int prefix_have
     cdef bint message_compressed
-    cdef bytes message  # being filled in place (not yet shared)
+    # Being filled: bytes made at the message's length (not yet shared, so written in
+    # place), or a bytearray growing with the data of a message past the stream's window.
+    cdef object message
+    cdef Py_ssize_t message_size
     cdef Py_ssize_t message_filled
     cdef object unary_message  # a unary call's one message, until END_STREAM
     cdef bint unary_compressed
@@ -491,7 +494,9 @@ cdef class H2ServerConnection:
 
     cdef int _deframe(self, H2Stream stream, const uint8_t* data, Py_ssize_t n) except -1:
         """Split DATA into gRPC messages: a 5-byte prefix (compressed flag, length), then
-        the message. A message is copied once, into a bytes object made at its length."""
+        the message. A message is copied once, into a bytes object made at its length;
+        one longer than the stream's window grows with what arrives instead (a prefix alone
+        makes no large allocation), and is copied once more when whole."""
         cdef Py_ssize_t take
         cdef uint32_t size
         while n > 0 and not stream.discarding and stream.stream_id in self.streams:
@@ -506,7 +511,9 @@ cdef class H2ServerConnection:
                 if stream.prefix_have < 5:
                     return 0
                 if stream.prefix[0] > 1:
-                    self._refuse(stream, GRPC_INTERNAL, "a message's compressed flag is neither 0 nor 1")
+                    self._refuse(
+                        stream, GRPC_INTERNAL, "a message's compressed flag is neither 0 nor 1"
+                    )
                     return 0
                 stream.message_compressed = stream.prefix[0] == 1
                 size = _u32(stream.prefix + 1)
@@ -519,27 +526,33 @@ cdef class H2ServerConnection:
                     )
                     return 0
                 if size <= n:  # all of it here: one copy straight out of the frame
-                    take = size
                     message = PyBytes_FromStringAndSize(<const char*>data, size)
                     stream.prefix_have = 0
-                    data += take
-                    n -= take
+                    data += size
+                    n -= size
                     self._message(stream, message)
                     continue
-                stream.message = PyBytes_FromStringAndSize(NULL, size)
+                stream.message_size = size
                 stream.message_filled = 0
-            take = PyBytes_GET_SIZE(stream.message) - stream.message_filled
+                if size <= self._local_window:
+                    stream.message = PyBytes_FromStringAndSize(NULL, size)
+                else:
+                    stream.message = bytearray()
+            take = stream.message_size - stream.message_filled
             if take > n:
                 take = n
-            memcpy(PyBytes_AS_STRING(stream.message) + stream.message_filled, data, take)
+            if type(stream.message) is bytes:
+                memcpy(PyBytes_AS_STRING(stream.message) + stream.message_filled, data, take)
+            else:
+                stream.message += (<const char*>data)[:take]
             stream.message_filled += take
             data += take
             n -= take
-            if stream.message_filled == PyBytes_GET_SIZE(stream.message):
+            if stream.message_filled == stream.message_size:
                 message = stream.message
                 stream.message = None
                 stream.prefix_have = 0
-                self._message(stream, message)
+                self._message(stream, message if type(message) is bytes else bytes(message))
         return 0
 
     cdef int _message(self, H2Stream stream, bytes message) except -1:

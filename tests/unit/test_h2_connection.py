@@ -433,3 +433,21 @@ def test_padded_frames() -> None:
 def test_status_trailers_percent_encode_the_message() -> None:
     decoded = dict(HpackDecoder().decode(native.status_trailers(13, "a%b\nc")))
     assert decoded == {b"grpc-status": b"13", b"grpc-message": b"a%25b%0Ac"}
+
+
+def test_a_message_longer_than_the_window_arrives_whole() -> None:
+    # 1 MiB through a 1000-byte window: the message grows as its data comes, and the
+    # window is granted back as it does.
+    pair = Pair(initial_window_size=1000)
+    message = bytes(range(256)) * 4096
+    stream_id = pair.client.get_next_available_stream_id()
+    pair.client.send_headers(stream_id, [*STREAM_HEAD[:2], (":path", UNARY), (":authority", "x")])
+    data = grpc_message(message)
+    while data:
+        window = pair.client.local_flow_control_window(stream_id)
+        assert window > 0, "the server granted no window back"
+        chunk, data = data[: min(window, 16384)], data[min(window, 16384) :]
+        pair.client.send_data(stream_id, chunk, end_stream=not data)
+        pair.pump()
+    ((_, received, _),) = pair.handler.unary
+    assert received == message
