@@ -31,6 +31,7 @@ TARGETS = (
     "binary_split",
     "bytes_tensor",
     "grpc_infer",
+    "hpack_decode",
     "shm_parameters",
     "load_overrides",
     "model_config",
