@@ -32,6 +32,7 @@ TARGETS = (
     "bytes_tensor",
     "grpc_infer",
     "h2_connection",
+    "hpack_decode",
     "shm_parameters",
     "load_overrides",
     "model_config",
