@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import shutil
+import ssl
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,30 @@ def make_certificates(folder: Path) -> dict[str, Path]:
     paths = certificate_paths(folder)
     _make_certificates_with_cryptography(paths)
     return paths
+
+
+def client_context(certs: dict[str, Path], client_certificate: bool = False) -> ssl.SSLContext:
+    """What trusts the server's certificates (and shows the client certificate if asked)."""
+    context = ssl.create_default_context(cafile=str(certs["ca"]))
+    if client_certificate:
+        context.load_cert_chain(str(certs["client_cert"]), str(certs["client_key"]))
+    return context
+
+
+def server_tls_flags(
+    certs: dict[str, Path], *, mutual: bool = False, grpc: bool = False
+) -> list[str]:
+    """The server flags for TLS with ``certs`` on HTTP (and gRPC if asked), mutual if asked."""
+    flags = []
+    for protocol in ("http", "grpc") if grpc else ("http",):
+        flags += [
+            f"--{protocol}-use-ssl{'-mutual' if mutual else ''}=true",
+            f"--{protocol}-server-cert={certs['server_cert']}",
+            f"--{protocol}-server-key={certs['server_key']}",
+        ]
+        if mutual:
+            flags.append(f"--{protocol}-root-cert={certs['ca']}")
+    return flags
 
 
 @pytest.fixture(params=["cryptography", "openssl"])

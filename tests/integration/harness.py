@@ -133,6 +133,7 @@ def run_pytriton_server(
     ready_path: str = READY_PATH,
     http_port: int | None = None,
     https: ssl.SSLContext | None = None,
+    grpc_port: int | None = None,
 ) -> Iterator[ServerHandle]:
     """Run ``python -m pytriton_core`` on free loopback ports until the block ends.
 
@@ -140,11 +141,13 @@ def run_pytriton_server(
     ``env`` is added to this process's environment. ``check_exit=False`` lets the server
     exit with any status (a test that checks the status itself); the block starts once
     ``ready_path`` answers 200 (``/v2/health/live`` for a server that will not be ready).
-    ``http_port`` is a given HTTP port instead of a free one (servers sharing a port);
+    ``http_port`` is a given HTTP port instead of a free one (servers sharing a port), and
+    ``grpc_port`` a given gRPC port (clients that only know the default ports);
     ``https`` the client context to reach the server with when it serves HTTPS.
     """
-    free_http_port, grpc_port, metrics_port = free_ports(3)
+    free_http_port, free_grpc_port, metrics_port = free_ports(3)
     http_port = free_http_port if http_port is None else http_port
+    grpc_port = free_grpc_port if grpc_port is None else grpc_port
     supported = pytriton_cli_flags()
     command = [
         sys.executable,

@@ -143,6 +143,7 @@ def test_server_metadata(server: ServerHandle, client: httpclient.InferenceServe
     implemented = {
         "classification",
         "sequence",
+        "schedule_policy",
         "model_configuration",
         "binary_tensor_data",
         "parameters",

@@ -9,7 +9,6 @@ project's own client code). The client example of docs/sequence-batching.md alwa
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from harness import REPO_ROOT, ServerHandle, run_pytriton_server
+from triton_client_examples import require_client_repo, write_example
 
 EXAMPLES = {
     "simple_http_sequence_sync_infer_client.py": "http",
@@ -25,21 +25,6 @@ EXAMPLES = {
     "simple_grpc_sequence_stream_infer_client.py": "grpc",
     "simple_grpc_aio_sequence_stream_infer_client.py": "grpc",
 }
-CLIENT_REPO = os.environ.get("TRITON_CLIENT_REPO", "")
-
-
-def _example_source(name: str) -> str:
-    path = f"src/python/examples/{name}"
-    tree = Path(CLIENT_REPO) / path
-    if tree.is_file():
-        return tree.read_text()
-    result = subprocess.run(
-        ["git", f"--git-dir={CLIENT_REPO}", "show", f"HEAD:{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +60,8 @@ def test_the_documented_stream_example_of_a_decoupled_state_model(
 def test_triton_sequence_example(
     server: ServerHandle, example: str, dyna: bool, tmp_path: Path
 ) -> None:
-    if not CLIENT_REPO:
-        pytest.skip("set TRITON_CLIENT_REPO to a clone of Triton's client repository")
-    script = tmp_path / example
-    script.write_text(_example_source(example))
+    require_client_repo()
+    script = write_example(example, tmp_path)
     url = server.http_url if EXAMPLES[example] == "http" else server.grpc_url
     command = [sys.executable, str(script), "-u", url, *(["-d"] if dyna else [])]
     result = subprocess.run(

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from certificates import make_certificates
+from certificates import client_context, make_certificates, server_tls_flags
 from control_models import SIMPLE_CONFIG, SIMPLE_MODEL
 from geventhttpclient.response import HTTPConnectionClosed
 from harness import (
@@ -31,30 +31,10 @@ from robustness import fp32_input, write_identity_model
 from tritonclient.utils import InferenceServerException
 
 
-def _context(certs: dict[str, Path], client_certificate: bool = False) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(certs["ca"]))
-    if client_certificate:
-        context.load_cert_chain(str(certs["client_cert"]), str(certs["client_key"]))
-    return context
-
-
 def _repository(tmp_path: Path) -> Path:
     root = tmp_path / "models"
     write_identity_model(root, "identity")
     return root
-
-
-def _tls_flags(certs: dict[str, Path], *, mutual: bool = False, grpc: bool = False) -> list[str]:
-    flags = []
-    for protocol in ("http", "grpc") if grpc else ("http",):
-        flags += [
-            f"--{protocol}-use-ssl{'-mutual' if mutual else ''}=true",
-            f"--{protocol}-server-cert={certs['server_cert']}",
-            f"--{protocol}-server-key={certs['server_key']}",
-        ]
-        if mutual:
-            flags.append(f"--{protocol}-root-cert={certs['ca']}")
-    return flags
 
 
 def _https_client(
@@ -86,7 +66,7 @@ def _plain_request(server: ServerHandle) -> bytes:
 def test_https_through_tritonclient(tmp_path: Path) -> None:
     certs = make_certificates(tmp_path / "certs")
     with run_pytriton_server(
-        _repository(tmp_path), *_tls_flags(certs), https=_context(certs)
+        _repository(tmp_path), *server_tls_flags(certs), https=client_context(certs)
     ) as server:
         client = _https_client(server, certs)
         assert client.is_server_ready()
@@ -131,9 +111,9 @@ def test_mutual_tls_over_http_and_grpc(tmp_path: Path) -> None:
     certs = make_certificates(tmp_path / "certs")
     root = _repository(tmp_path)
     write_python_model(root, "simple", SIMPLE_CONFIG, SIMPLE_MODEL)
-    flags = _tls_flags(certs, mutual=True, grpc=True)
+    flags = server_tls_flags(certs, mutual=True, grpc=True)
     with run_pytriton_server(
-        root, *flags, https=_context(certs, client_certificate=True)
+        root, *flags, https=client_context(certs, client_certificate=True)
     ) as server:
         client = _https_client(server, certs, client_certificate=True)
         _infer(client)
@@ -167,8 +147,8 @@ def test_sighup_reloads_both_protocols_certificates(tmp_path: Path) -> None:
     first = make_certificates(tmp_path / "first")
     shutil.copytree(tmp_path / "first", live)
     certs_live = {key: live / path.name for key, path in first.items()}
-    flags = _tls_flags(certs_live, grpc=True)
-    with run_pytriton_server(_repository(tmp_path), *flags, https=_context(first)) as server:
+    flags = server_tls_flags(certs_live, grpc=True)
+    with run_pytriton_server(_repository(tmp_path), *flags, https=client_context(first)) as server:
         before = _https_client(server, first)
         _infer(before)
         grpc_before = grpcclient.InferenceServerClient(
@@ -227,9 +207,9 @@ def test_perf_analyzer_over_https(tmp_path: Path, mutual: bool) -> None:
     if perf_analyzer is None:
         pytest.skip("perf_analyzer is not installed (tools/install-perf-analyzer.sh)")
     certs = make_certificates(tmp_path / "certs")
-    flags = _tls_flags(certs, mutual=mutual)
+    flags = server_tls_flags(certs, mutual=mutual)
     with run_pytriton_server(
-        _repository(tmp_path), *flags, https=_context(certs, client_certificate=mutual)
+        _repository(tmp_path), *flags, https=client_context(certs, client_certificate=mutual)
     ) as server:
         port = server.http_url.rsplit(":", 1)[1]
         command = [

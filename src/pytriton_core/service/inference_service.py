@@ -44,6 +44,7 @@ EXTENSIONS = (
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
+    "schedule_policy",  # the "priority" and "timeout" request parameters
     "model_configuration",
     "system_shared_memory",
     "cuda_shared_memory",
