@@ -420,15 +420,15 @@ def build_response(header: ResponseHeader, outputs: list[Tensor]) -> InferenceRe
     )
 
 
-def take_responses(
-    arena: Arena, headers: Sequence[ResponseHeader | None], message: dict[str, Any]
-) -> list[InferenceResponse | None]:
-    """The responses ``headers`` describe, their tensors (``message["outputs"]``, in the
-    headers' order) copied out of ``arena``; counts their space as taken. One loop, as
-    ``build_response`` over ``take_tensors`` (the answer of every batch comes here)."""
-    refs = message["outputs"]
+def read_responses(
+    arena: Arena, headers: Sequence[ResponseHeader | None], refs: Sequence[TensorRef], position: int
+) -> tuple[list[InferenceResponse | None], int]:
+    """The responses ``headers`` describe, their tensors copied out of ``arena`` from
+    ``refs[position:]`` on, in the headers' order; and where the next execution's tensors
+    start in ``refs`` (a bundle's answer names the tensors of all its executions). One
+    loop, as ``build_response`` over ``take_tensors`` (every execution's answer comes
+    here)."""
     built: list[InferenceResponse | None] = []
-    position = 0
     for header in headers:
         if header is None:
             built.append(None)
@@ -445,6 +445,15 @@ def take_responses(
                 error=None if error is None else ServerError.from_code(*error),
             )
         )
+    return built, position
+
+
+def take_responses(
+    arena: Arena, headers: Sequence[ResponseHeader | None], message: dict[str, Any]
+) -> list[InferenceResponse | None]:
+    """The responses of one message (``read_responses`` over ``message["outputs"]``);
+    counts their space as taken."""
+    built, _end = read_responses(arena, headers, message["outputs"], 0)
     arena.add_taken(message["span"])
     return built
 
