@@ -572,6 +572,15 @@ class ProcessInstance(BackendInstance):
             worker.channel.send(message, fds)
         except ChannelClosed:
             return  # the loop reads the connection's end and fails the bundle there
+        if len(pending) == 1:
+            # The worker was idle: woken on this CPU, it mostly runs the bundle and answers
+            # before the send returns. Take the answer now, not after the loop's next poll
+            # (as the loop would: what goes wrong is logged, the bundle is not failed twice).
+            try:
+                if worker.channel.arrived():
+                    self._on_answer(worker)
+            except Exception:
+                log.exception("model instance '%s': taking an answer failed", self._spec.name)
 
     def _on_answer(self, worker: _Worker) -> None:
         """On the loop: the worker's answers to the bundles ``begin`` sent, or its end.

@@ -140,9 +140,23 @@ class Channel:
             raise ChannelClosed("a message came without the descriptors it names")
         return message, [fds.popleft() for _ in range(count)]
 
-    def _receive(self, size: int) -> bytes:
+    def arrived(self) -> bool:
+        """Whether a whole message is here, reading what has arrived without waiting: a
+        reader that expects an answer at once takes it without waiting for the loop to
+        poll the socket (``recv`` then returns it)."""
+        if self.buffered():
+            return True
         try:
-            data, ancillary, _flags, _addr = self._sock.recvmsg(size, _FDS_SPACE)
+            self._data += self._receive(_READ, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        return self.buffered()
+
+    def _receive(self, size: int, flags: int = 0) -> bytes:
+        try:
+            data, ancillary, _flags, _addr = self._sock.recvmsg(size, _FDS_SPACE, flags)
+        except BlockingIOError:
+            raise
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
         if ancillary:
