@@ -88,9 +88,9 @@ PIPELINE_DEPTH = 2
 BUNDLE_LIMIT = 8
 
 _BOOTSTRAP = (
-    "import sys, json; sys.path.extend(json.loads(sys.argv[3])); "
+    "import sys, json; sys.path.extend(json.loads(sys.argv[2])); "
     "from pytriton_core.backends.python.process_worker import main; "
-    "main(int(sys.argv[1]), int(sys.argv[2]))"
+    "main(json.loads(sys.argv[1]))"
 )
 
 
@@ -264,14 +264,14 @@ class _Worker:
         self.inputs = [Arena.create(0)]
         self.calls = ServedCalls(self.events, model.server, model.waits, Caller(model.key, name))
         paths = [p for p in sys.path if p]
-        fds = [theirs.fileno(), their_events.fileno()]
+        fds = [sock.fileno() for sock in (*theirs, *their_events)]
         self.process = subprocess.Popen(
-            [model.interpreter, "-c", _BOOTSTRAP, *map(str, fds), json.dumps(paths)],
+            [model.interpreter, "-c", _BOOTSTRAP, json.dumps(fds), json.dumps(paths)],
             pass_fds=fds,
             env={**os.environ, "PYTHONNOUSERSITE": "1"},
         )
-        theirs.close()
-        their_events.close()
+        for sock in (*theirs, *their_events):
+            sock.close()
         self.outputs: Arena | None = None  # the worker's answers to batches
         self.event_outputs: Arena | None = None  # the tensors of its other messages
         self.lock = threading.Lock()

@@ -3,7 +3,8 @@
 It runs the same in-process machinery the server uses (``PythonModel``/``PythonInstance``)
 on requests whose tensors are views over the server's arena, and sends responses back
 through its own arena (``process_transport``). Started by the server as
-``python -c <bootstrap> <socket fd>``; it exits when the server's end of the socket closes.
+``python -c <bootstrap> <socket fds> <sys.path>``; it exits when the server's end of its
+connection closes.
 """
 
 from __future__ import annotations
@@ -280,6 +281,11 @@ def auto_complete(asked: str, answer: str) -> None:
     Path(answer).write_bytes(pickle.dumps(result))
 
 
-def main(fd: int, events_fd: int) -> None:
-    channel = Channel(socket.socket(fileno=fd))
-    _Worker(channel, Channel(socket.socket(fileno=events_fd))).run()
+def main(fds: list[int]) -> None:
+    """``fds``: the batch connection's receiving and sending sockets, then the events
+    connection's (``process_transport.channel_pair``)."""
+    batches, events = (
+        Channel(socket.socket(fileno=receiving), socket.socket(fileno=sending))
+        for receiving, sending in (fds[:2], fds[2:])
+    )
+    _Worker(batches, events).run()
