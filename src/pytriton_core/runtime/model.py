@@ -327,7 +327,9 @@ class Model:
             scheduler = self._scheduler
             instances = self._instances
             # With several instances, each takes at most its share of what is held now.
-            share = -(-scheduler.pending_count() // max(len(instances), 1))
+            share = scheduler.pending_count()
+            if len(instances) > 1:
+                share = -(-share // len(instances))
             while scheduler.pending_count():
                 # An idle instance first, else one with room behind its bundles in flight
                 # (plain loops, no generators: this runs twice per bundle).
@@ -343,7 +345,9 @@ class Model:
                             break
                 if instance is None:
                     return
-                limit = min(instance.bundle_limit, share)
+                limit = instance.bundle_limit
+                if share < limit:
+                    limit = share
                 batches: list[list[InferenceRequest]] = []
                 while len(batches) < limit:
                     request = scheduler.take_held()

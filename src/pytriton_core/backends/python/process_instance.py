@@ -55,6 +55,7 @@ from pytriton_core.backends.python.process_transport import (
     Arena,
     BatchItem,
     ChannelClosed,
+    ExecutionAnswer,
     channel_pair,
     read_responses,
     request_header,
@@ -694,12 +695,6 @@ def _fail_once_reported(worker: _Worker, stranded: list[Finished], deadline: flo
         finished(error)
 
 
-# What the worker answers for one execution of a bundle: the failure that failed it (None
-# if it ran), its response headers, which requests the model rescheduled, and when the
-# execution ended (monotonic ns: the one clock of both processes).
-ExecutionAnswer = tuple[tuple[Any, str] | None, list[Any], list[bool], int]
-
-
 def _answered(
     worker: _Worker,
     executions: Sequence[tuple[Sequence[InferenceRequest], ComputeTiming]],
@@ -723,8 +718,9 @@ def _answered(
     for (requests, timing), (failure, headers, reschedule, end_ns) in zip(
         executions, answers, strict=True
     ):
-        # Never before the inputs were placed (the clock is the same; this only guards).
-        timing.infer_end_ns = max(end_ns, timing.input_end_ns)
+        # The worker's clock is this one (CLOCK_MONOTONIC, system-wide), and it ended the
+        # execution after the inputs were placed (``input_end_ns``).
+        timing.infer_end_ns = end_ns
         if failure is not None:
             outcomes.append(ServerError.from_code(*failure))
             continue

@@ -395,6 +395,10 @@ class ResponseWriter:
 RequestHeader = tuple[str, int, str, list[str] | None, dict[str, Any], int, int | str, int]
 BatchItem = tuple[RequestHeader, int, list[TensorRef]]  # one request of a batch: its key
 ResponseHeader = tuple[tuple[Any, str] | None, dict[str, Any], int]  # error, parameters, outputs
+# What a worker answers for one execution of a bundle: the failure that failed it (None if
+# it ran), its responses' headers, which requests the model rescheduled, and when the
+# execution ended (monotonic ns: one clock for both processes).
+ExecutionAnswer = tuple[tuple[Any, str] | None, list[ResponseHeader | None], list[bool], int]
 
 
 def request_header(request: InferenceRequest) -> RequestHeader:

@@ -28,6 +28,8 @@ from pytriton_core.backends.python.process_transport import (
     Arena,
     Channel,
     ChannelClosed,
+    ExecutionAnswer,
+    ResponseHeader,
     ResponseWriter,
     request_fields,
     response_header,
@@ -221,14 +223,16 @@ class _Worker:
         outputs: list[Any] = []
         for requests in bundle:
             answers.append(self._run(instance, requests, outputs))
-        done = {"kind": "done", "answers": answers}
+        done: dict[str, Any] = {"kind": "done", "answers": answers}
         done["metrics"] = self._metric_changes()  # counted before the responses are seen
         self._writer.send(done, outputs)
 
-    def _run(self, instance: Any, requests: list[_WorkerRequest], outputs: list[Any]) -> Any:
-        """One execution of a bundle: its answer (``process_instance.ExecutionAnswer``);
-        its responses' tensors are added to ``outputs``."""
-        headers: list[Any] = []
+    def _run(
+        self, instance: Any, requests: list[_WorkerRequest], outputs: list[Any]
+    ) -> ExecutionAnswer:
+        """One execution of a bundle: its answer; its responses' tensors are added to
+        ``outputs``."""
+        headers: list[ResponseHeader | None] = []
         failure = None
         try:
             responses = instance.execute(requests, ComputeTiming(start_ns=time.monotonic_ns()))
