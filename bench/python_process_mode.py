@@ -2,7 +2,7 @@
 processes), on an identity model and a CPU-bound pure-Python model at 1 and 2 instances.
 
     python -m bench.python_process_mode [--out DIR] [--concurrency 4] [--interval-ms 3000]
-        [--rounds 3]
+        [--rounds 3] [--models identity_in identity_proc ...]
 
 Both servers load one repository (Triton ignores the ``EXECUTION_MODE`` parameter: its
 Python models always run in stub processes) and run side by side; each round measures
@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--models", nargs="+", choices=tuple(MODELS), default=tuple(MODELS), help="a subset"
+    )
     args = parser.parse_args()
     tools = discover((OURS, TRITON))
     perf = tools.perf_analyzer.path
@@ -137,7 +140,8 @@ def main() -> None:
     repository = work / "repository"
     write_repository(repository)
     keys = [OURS] + ([TRITON] if tools.real_triton_start.path is not None else [])
-    served = {OURS: tuple(MODELS), TRITON: TRITON_MODELS}
+    chosen = tuple(args.models)
+    served = {OURS: chosen, TRITON: tuple(m for m in TRITON_MODELS if m in chosen)}
     runs: dict[tuple[str, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with contextlib.ExitStack() as stack:
@@ -150,7 +154,7 @@ def main() -> None:
             for key in keys
         }
         for round_index in range(args.rounds):
-            for model in MODELS:
+            for model in chosen:
                 for key in keys:
                     if model not in served[key]:
                         continue

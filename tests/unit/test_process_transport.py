@@ -1,10 +1,14 @@
 """What crosses between the server and a process-mode worker (``process_transport``): every
-datatype through an arena and back, and control messages over a real socket pair, with and
-without descriptors, small (one read) and large (read on past the first chunk)."""
+datatype through an arena and back, and control messages over real socket pairs, with and
+without descriptors, small (one read) and large (read on past the first chunk); a reader
+blocked on one end is not woken when the other end reads what it sent."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,7 +63,7 @@ def test_every_datatype_crosses_an_arena_unchanged(datatype: types.DataType, cop
 
 def _pair() -> tuple[Channel, Channel]:
     ours, theirs = channel_pair()
-    return ours, Channel(theirs)
+    return ours, Channel(*theirs)
 
 
 @pytest.mark.parametrize("size", [10, 100_000])  # within one read, and past it
@@ -235,3 +239,40 @@ def test_an_answer_reads_back_as_the_general_path_builds_it() -> None:
         mapped.close()
         worker_end.close()
         server_end.close()
+
+
+def _voluntary_switches(thread_id: int) -> int:
+    status = Path(f"/proc/self/task/{thread_id}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_an_answer_read_does_not_wake_its_sender_waiting_for_the_next_message() -> None:
+    """A worker answers each batch and waits in ``recv`` for the next one; the server's
+    read of that answer must not wake it (on one socket for both directions each would:
+    the worker would sleep twice per message instead of once)."""
+    ours, theirs = _pair()
+    rounds = 200
+    thread_id: list[int] = []
+    switches: list[int] = []
+
+    def answer_each() -> None:
+        thread_id.append(threading.get_native_id())
+        before = _voluntary_switches(thread_id[0])
+        for _ in range(rounds):
+            theirs.send(theirs.recv()[0])
+        switches.append(_voluntary_switches(thread_id[0]) - before)
+
+    worker = threading.Thread(target=answer_each)
+    worker.start()
+    try:
+        for index in range(rounds):
+            ours.send(index)
+            time.sleep(0.0005)  # it answers, then waits for the next one
+            assert ours.recv()[0] == index
+    finally:
+        worker.join(10)
+        ours.close()
+        theirs.close()
+    # One sleep per message (waiting for it), not two.
+    assert switches[0] < 1.5 * rounds

@@ -1,6 +1,7 @@
 """A loaded model version (``runtime.Model``) driven on its own event loop with a backend
 written here: submit, answer, a stop that outlasts its exit timeout, and batches started on
-the loop (``loop_dispatch``) up to the backend's depth."""
+the loop (``loop_dispatch``): up to the backend's depth, several executions handed over in
+one bundle once they are known to be short, shared among instances."""
 
 from __future__ import annotations
 
@@ -10,18 +11,19 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from pytriton_core import types
-from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec
+from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, LoopExecution
 from pytriton_core.config import ModelSpec, normalize_config, parse_config_text, validate_config
+from pytriton_core.errors import InternalError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import Tensor
+from pytriton_core.runtime.instance import INLINE_AFTER
 from pytriton_core.runtime.model import Model, ModelState
 
 CONFIG = """
@@ -49,12 +51,12 @@ class _Gate(BackendModel, BackendInstance):
         return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
 
 
-def _model(backend: BackendModel, loop: asyncio.AbstractEventLoop) -> Model:
+def _model(backend: BackendModel, loop: asyncio.AbstractEventLoop, instances: int = 1) -> Model:
     config = parse_config_text(CONFIG, "test")
     normalize_config(config)
     validate_config(config)
     model = Model(ModelSpec.from_config(config, 1), config, Path("/nonexistent"), backend, loop)
-    model.start([InstanceSpec("slow_0", "CPU", 0)])
+    model.start([InstanceSpec(f"slow_{i}", "CPU", 0) for i in range(instances)])
     return model
 
 
@@ -105,14 +107,15 @@ def test_stop_gives_up_waiting_at_the_exit_timeout(caplog: pytest.LogCaptureFixt
 
 
 class _OnLoop(BackendModel, BackendInstance):
-    """Starts batches on the loop (as process mode does) and keeps them until the test
-    finishes them, oldest first, ``finish_ns`` after they were begun."""
+    """Starts batches on the loop (as process mode does) and keeps each bundle until the
+    test finishes it, oldest first."""
 
     loop_dispatch = True
 
-    def __init__(self, depth: int) -> None:
+    def __init__(self, depth: int, bundle: int = 1) -> None:
         self.loop_depth = depth
-        self.begun: list[tuple[Sequence[InferenceRequest], ComputeTiming, Any]] = []
+        self.loop_bundle = bundle
+        self.begun: list[Sequence[LoopExecution]] = []  # bundles, oldest first
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         return self
@@ -122,16 +125,19 @@ class _OnLoop(BackendModel, BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         raise AssertionError("batches start on the loop")
 
-    def begin(
-        self, requests: Sequence[InferenceRequest], timing: ComputeTiming, finished: Any
-    ) -> None:
-        timing.mark_input_done()
-        self.begun.append((requests, timing, finished))
+    def begin(self, executions: Sequence[LoopExecution]) -> None:
+        for _requests, timing, _finished in executions:
+            timing.mark_input_done()
+        self.begun.append(executions)
 
-    def finish_oldest(self) -> None:
-        requests, timing, finished = self.begun.pop(0)
-        timing.mark_infer_done()
-        finished([InferenceResponse(outputs=list(r.inputs.values())) for r in requests])
+    def finish_oldest(self, failing: int | None = None) -> None:
+        """Answer the oldest bundle; its execution at index ``failing`` fails."""
+        for index, (requests, timing, finished) in enumerate(self.begun.pop(0)):
+            timing.mark_infer_done()
+            if index == failing:
+                finished(InternalError("execution failed"))
+            else:
+                finished([InferenceResponse(outputs=list(r.inputs.values())) for r in requests])
 
 
 @pytest.mark.parametrize("depth", [1, 2])
@@ -150,6 +156,7 @@ def test_batches_started_on_the_loop_are_in_flight_up_to_the_depth(depth: int) -
         started_ns = time.monotonic_ns()
         for _ in range(3):
             model.submit(_request(answers))
+        await asyncio.sleep(0)  # the turn ends: what it brought is handed over
         in_flight = [len(backend.begun)]
         while backend.begun:
             await asyncio.sleep(hold_s)
@@ -172,3 +179,90 @@ def test_batches_started_on_the_loop_are_in_flight_up_to_the_depth(depth: int) -
     # Counted from when it was begun, the second one's compute would overlap the first's
     # by a whole hold; what remains is the hand-over's microseconds.
     assert compute_ns < took_ns + hold_ns // 2
+
+
+async def _short_streak(model: Model, backend: _OnLoop, instances: int = 1) -> None:
+    """Enough short executions on every instance for bundles (``INLINE_AFTER`` each)."""
+    answers: list[InferenceResponse] = []
+    for _ in range(INLINE_AFTER):
+        for _ in range(instances):
+            model.submit(_request(answers))
+        await asyncio.sleep(0)
+        while backend.begun:
+            backend.finish_oldest()
+    assert len(answers) == INLINE_AFTER * instances
+
+
+def test_a_turns_requests_go_in_one_bundle_once_executions_are_short() -> None:
+    """Before the instance's executions are known to be short, each goes alone; then the
+    requests of one turn go in one hand-over (up to ``loop_bundle``), each an execution of
+    its own in the statistics, and the next bundle waits behind it up to the depth."""
+
+    async def scenario() -> tuple[list[list[int]], Model, list[InferenceResponse]]:
+        backend = _OnLoop(depth=2, bundle=4)
+        model = _model(backend, asyncio.get_running_loop())
+        answers: list[InferenceResponse] = []
+        for _ in range(3):
+            model.submit(_request(answers))
+        await asyncio.sleep(0)
+        sizes = [[len(bundle) for bundle in backend.begun]]
+        while backend.begun:
+            backend.finish_oldest()
+        await _short_streak(model, backend)
+        for _ in range(7):
+            model.submit(_request(answers))
+        await asyncio.sleep(0)
+        sizes.append([len(bundle) for bundle in backend.begun])
+        backend.finish_oldest()  # the third bundle goes once the first is answered
+        sizes.append([len(bundle) for bundle in backend.begun])
+        while backend.begun:
+            backend.finish_oldest()
+        await model.stop(5.0)
+        return sizes, model, answers
+
+    sizes, model, answers = asyncio.run(scenario())
+    assert sizes == [[1, 1], [4, 3], [3]]  # the third of the first three: after the first
+    assert len(answers) == 3 + 7
+    assert all(a.error is None and a.outputs[0].data.tolist() == [1.0] for a in answers)
+    stats = model.stats
+    assert stats.execution_count == stats.success.count == 3 + INLINE_AFTER + 7
+
+
+def test_an_execution_failing_in_a_bundle_fails_only_its_request() -> None:
+    async def scenario() -> tuple[list[InferenceResponse], Model]:
+        backend = _OnLoop(depth=1, bundle=8)
+        model = _model(backend, asyncio.get_running_loop())
+        await _short_streak(model, backend)
+        answers: list[InferenceResponse] = []
+        for _ in range(3):
+            model.submit(_request(answers))
+        await asyncio.sleep(0)
+        assert [len(bundle) for bundle in backend.begun] == [3]
+        backend.finish_oldest(failing=1)
+        await model.stop(5.0)
+        return answers, model
+
+    answers, model = asyncio.run(scenario())
+    assert [a.error is None for a in answers] == [True, False, True]
+    assert "execution failed" in str(answers[1].error)
+    stats = model.stats
+    assert stats.success.count == INLINE_AFTER + 2 and stats.fail.count == 1
+
+
+def test_several_instances_share_what_is_held() -> None:
+    async def scenario() -> list[list[int]]:
+        backend = _OnLoop(depth=2, bundle=8)
+        model = _model(backend, asyncio.get_running_loop(), instances=2)
+        await _short_streak(model, backend, instances=2)
+        answers: list[InferenceResponse] = []
+        for _ in range(5):
+            model.submit(_request(answers))
+        await asyncio.sleep(0)
+        sizes = [len(bundle) for bundle in backend.begun]
+        while backend.begun:
+            backend.finish_oldest()
+        await model.stop(5.0)
+        assert len(answers) == 5
+        return [sizes]
+
+    assert asyncio.run(scenario()) == [[3, 2]]

@@ -120,6 +120,14 @@ class InstanceSpec:
     group: InstanceGroup | None = None  # the instance group it comes from
 
 
+# What the loop hands a ``loop_dispatch`` backend for one execution (``begin``): the batch,
+# its timing (start marked), and where its outcome goes: the responses (one per request,
+# as ``execute`` returns them) or the error that fails the batch. A plain tuple: one is
+# made per execution.
+Finished = Callable[[Sequence[InferenceResponse | None] | ServerError], None]
+LoopExecution = tuple[Sequence[InferenceRequest], ComputeTiming, Finished]
+
+
 class BackendInstance(abc.ABC):
     @abc.abstractmethod
     def execute(
@@ -133,17 +141,15 @@ class BackendInstance(abc.ABC):
         Raising fails every request of the batch.
         """
 
-    def begin(
-        self,
-        requests: Sequence[InferenceRequest],
-        timing: ComputeTiming,
-        finished: Callable[[Sequence[InferenceResponse | None] | ServerError], None],
-    ) -> None:
-        """Start one batch from the event loop without waiting for it (only where the
-        model's ``loop_dispatch`` is True): ``finished`` gets, on the loop, what
-        ``execute`` would return, or the error that fails the batch. Raising instead fails
-        the batch at once. Up to the model's ``loop_depth`` batches may be begun before the
-        first finishes: they execute in order, and finish in order."""
+    def begin(self, executions: Sequence[LoopExecution]) -> None:
+        """Start executions from the event loop without waiting for them (only where the
+        model's ``loop_dispatch`` is True), handed over together (a bundle: up to the
+        model's ``loop_bundle``). Each execution's ``finished`` gets, on the loop, what
+        ``execute`` would return for its batch, or the error that fails it. Raising instead
+        fails every execution of the bundle at once. Up to the model's ``loop_depth``
+        bundles may be begun before the first finishes: their executions run one at a
+        time, in order, and finish in order. The backend may set each execution's
+        ``timing.infer_end_ns`` (when its execution ended) before calling ``finished``."""
         raise NotImplementedError(f"{type(self).__name__} cannot start batches on the loop")
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
@@ -169,11 +175,16 @@ class BackendModel(abc.ABC):
     # (the work runs in another process): with a scheduler that ``holds_for_loop`` the loop
     # then hands requests out itself, and no instance thread is on a request's path.
     loop_dispatch: bool = False
-    # With ``loop_dispatch``: how many batches the loop may start on one instance before
-    # the first has finished. The backend queues those after the first and still executes
-    # one at a time (``execute`` never runs twice at once on an instance); a queued one
-    # starts as soon as the one before has finished, without waiting for the loop.
+    # With ``loop_dispatch``: how many bundles (``begin`` calls) the loop may start on one
+    # instance before the first has finished. The backend queues those after the first and
+    # still executes one batch at a time (``execute`` never runs twice at once on an
+    # instance); a queued one starts as soon as the one before has finished, without
+    # waiting for the loop.
     loop_depth: int = 1
+    # With ``loop_dispatch``: how many executions (one batch each) the loop may hand over
+    # in one ``begin``, so that the work of several wakes the backend's process, and its
+    # answer wakes the loop, once. The loop bundles only executions known to be short.
+    loop_bundle: int = 1
 
     def healthy(self) -> bool:
         """Whether every instance can run requests now (false while a Python model's worker

@@ -13,9 +13,11 @@ short ones have run there again.
 A backend whose work runs in another process (``BackendModel.loop_dispatch``: process-mode
 Python models) has its batches started and finished on the loop instead
 (``begin_claimed``): the thread then only creates, warms up and finalizes the instance.
-Up to the backend's ``loop_depth`` batches may be in flight there (``claim_next``): the
-backend executes them one at a time, in order; one waiting behind another counts that wait
-as queue time (``_next_executing``), so the statistics read as if it had waited here.
+The loop hands over several executions at once (a bundle, up to the backend's
+``loop_bundle``, only while the instance's executions are short: ``bundle_limit``), and up
+to the backend's ``loop_depth`` bundles may be in flight (``claim_next``): the backend
+executes them one at a time, in order; one waiting behind another counts that wait as
+queue time (``_next_executing``), so the statistics read as if it had waited here.
 
 A request may also run on the thread of a model that called it (BLS, ``execute_direct``
 in runtime/model.py). Whoever executes first ``claim``s the instance (its execution lock,
@@ -33,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec
+from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, LoopExecution
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -109,9 +111,12 @@ class ModelInstance:
         # (start ns, requests) of the batch executing now, for reporting a hung instance;
         # written by the executing thread, read by the loop (one reference: atomic).
         self._running_batch: tuple[int, int] | None = None
-        # The batches started from the loop and not finished, oldest first: (how many
-        # requests, timing). The execution lock is held, for all of them, while there are any.
-        self._begun: deque[tuple[int, ComputeTiming]] = deque()
+        # The executions started from the loop and not finished, oldest first: (how many
+        # requests, timing, the executions of its bundle still unfinished: one list shared
+        # by the bundle's entries). The execution lock is held, for all of them, while
+        # there are any.
+        self._begun: deque[tuple[int, ComputeTiming, list[int]]] = deque()
+        self._bundles_in_flight = 0  # bundles (``begin`` calls) with an execution in _begun
         self._thread = threading.Thread(target=self._run, name=f"instance-{spec.name}", daemon=True)
 
     def start(self) -> None:
@@ -182,10 +187,19 @@ class ModelInstance:
         return self._short_streak >= INLINE_AFTER and self.claim()
 
     def claim_next(self) -> bool:
-        """On the loop: take the instance for one more batch started from the loop while
-        its earlier ones are in flight, up to the backend's ``loop_depth`` (False: none in
+        """On the loop: take the instance for one more bundle started from the loop while
+        earlier ones are in flight, up to the backend's ``loop_depth`` (False: none in
         flight, ask ``claim``; or no room)."""
-        return 0 < len(self._begun) < self._backend_model.loop_depth
+        return 0 < self._bundles_in_flight < self._backend_model.loop_depth
+
+    @property
+    def bundle_limit(self) -> int:
+        """How many executions the loop may hand over in one bundle now: the backend's
+        ``loop_bundle`` while the instance's last executions were short (the inline rule's
+        streak), else one (the first one's answer would wait for the others)."""
+        if self._short_streak >= INLINE_AFTER:
+            return self._backend_model.loop_bundle
+        return 1
 
     def release(self) -> None:
         """Give back a claim (or a ``claim_next``) that executes nothing after all."""
@@ -240,25 +254,33 @@ class ModelInstance:
         run_all(deferred)
         self._on_batch_done(batch, *outcome)
 
-    def begin_claimed(self, batch: list[InferenceRequest]) -> None:
-        """Start ``batch`` from the event loop (a ``loop_dispatch`` backend) without
-        waiting: its outcome goes to ``on_batch_done`` on the loop once the backend reports
-        it. The instance must be claimed; the claim is released when the batch finishes."""
+    def begin_claimed(self, batches: list[list[InferenceRequest]]) -> None:
+        """Start ``batches`` from the event loop (a ``loop_dispatch`` backend), handed over
+        together, without waiting: each one's outcome goes to ``on_batch_done`` on the loop
+        once the backend reports it. The instance must be claimed; the claim is released
+        when the last batch in flight finishes."""
         backend_instance = self._backend_instance
         assert backend_instance is not None
-        timing = self._started(batch)
         begun = self._begun
-        begun.append((len(batch), timing))
-        if len(begun) > 1:  # the instance is still executing the oldest one
-            self._running_batch = (begun[0][1].start_ns, begun[0][0])
-        finished = functools.partial(self._finished, batch, timing)
+        unfinished = [len(batches)]  # this bundle's executions not finished yet
+        executions: list[LoopExecution] = []
+        for batch in batches:
+            timing = self._started(batch)
+            begun.append((len(batch), timing, unfinished))
+            executions.append((batch, timing, functools.partial(self._finished, batch, timing)))
+        self._bundles_in_flight += 1
+        # The oldest execution in flight is the one executing (``_started`` named the last).
+        self._running_batch = (begun[0][1].start_ns, begun[0][0])
         try:
-            backend_instance.begin(batch, timing, finished)
+            backend_instance.begin(executions)
         except ServerError as exc:
-            finished(exc)
+            for _batch, _timing, finished in executions:
+                finished(exc)
         except Exception as exc:
             log.exception("execute failed on instance %s", self.spec.name)
-            finished(InternalError(f"{type(exc).__name__}: {exc}"))
+            error = InternalError(f"{type(exc).__name__}: {exc}")
+            for _batch, _timing, finished in executions:
+                finished(error)
 
     def _finished(
         self,
@@ -268,9 +290,12 @@ class ModelInstance:
     ) -> None:
         begun = self._begun
         oldest = begun[0][1] is timing
-        for index, (_, started) in enumerate(begun):
+        for index, (_, started, unfinished) in enumerate(begun):
             if started is timing:
                 del begun[index]
+                unfinished[0] -= 1
+                if not unfinished[0]:
+                    self._bundles_in_flight -= 1
                 break
         try:
             outcome = self._settled(batch, timing, _checked(responses, batch))

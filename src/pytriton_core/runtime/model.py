@@ -164,6 +164,7 @@ class Model:
             and self._rate_limiter is None
         )
         self._dispatching = False
+        self._dispatch_scheduled = False  # ``_dispatch_at_turn_end`` is coming
         self._rate_limit_slots: list[InstanceSlot] = []
         self._deferral = services.deferral
         # How ``execute_direct`` sends its statistics to the loop (made once: per call).
@@ -300,23 +301,38 @@ class Model:
         if self._ordered:
             self._keep_place(request)
         request.on_cancel(functools.partial(self._cancel_queued, request))
-        if self._loop_dispatch:
-            self._dispatch_held()
+        if self._loop_dispatch and not self._dispatch_scheduled:
+            # Handed over at the end of the turn, with the others the turn brings (one
+            # bundle, one wake-up of the worker process for all of them).
+            self._dispatch_scheduled = True
+            self._loop.call_soon(self._dispatch_at_turn_end)
+
+    def _dispatch_at_turn_end(self) -> None:
+        """The requests a loop turn read are held: hand them over together."""
+        self._dispatch_scheduled = False
+        self._dispatch_held()
 
     def _dispatch_held(self) -> None:
         """Start held requests on idle instances (``loop_dispatch``), oldest first, then
-        behind a batch in flight on instances with room (``claim_next``); called when one
-        arrives and when an execution finishes. Not re-entered: a batch that fails at
-        once finishes inside ``begin_claimed``, and the outer call goes on."""
+        behind the bundles in flight on instances with room (``claim_next``); called at
+        the end of a turn in which requests arrived, and when an execution finishes. Each
+        request is an execution of its own (the default scheduler's), and an instance
+        takes up to its ``bundle_limit`` of them in one hand-over (with several instances,
+        its share of the held requests). Not re-entered: a bundle that fails at once
+        finishes inside ``begin_claimed``, and the outer call goes on."""
         if self._dispatching:
             return
         self._dispatching = True
         try:
             scheduler = self._scheduler
             instances = self._instances
+            # With several instances, each takes at most its share of what is held now.
+            share = scheduler.pending_count()
+            if len(instances) > 1:
+                share = -(-share // len(instances))
             while scheduler.pending_count():
-                # An idle instance first, else one with room behind its batch in flight
-                # (plain loops, no generators: each request passes here twice).
+                # An idle instance first, else one with room behind its bundles in flight
+                # (plain loops, no generators: this runs twice per bundle).
                 instance = None
                 for candidate in instances:
                     if candidate.claim():
@@ -329,11 +345,19 @@ class Model:
                             break
                 if instance is None:
                     return
-                request = scheduler.take_held()
-                if request is None:
+                limit = instance.bundle_limit
+                if share < limit:
+                    limit = share
+                batches: list[list[InferenceRequest]] = []
+                while len(batches) < limit:
+                    request = scheduler.take_held()
+                    if request is None:
+                        break
+                    batches.append([request])
+                if not batches:
                     instance.release()
                     return
-                instance.begin_claimed([request])
+                instance.begin_claimed(batches)
         finally:
             self._dispatching = False
 

@@ -218,7 +218,10 @@ class InferenceService:
         request.on_response = answer
         self.submit(model, request)
         if answer.value is None:  # not answered within submit (it did not run inline)
-            answer.future = asyncio.get_running_loop().create_future()
+            # The model's loop, which runs this (``get_running_loop`` would cost a getpid
+            # system call per request).
+            loop = request.loop or asyncio.get_running_loop()
+            answer.future = loop.create_future()
             try:
                 await answer.future
             except asyncio.CancelledError:  # the caller went away (a gRPC cancel or deadline)

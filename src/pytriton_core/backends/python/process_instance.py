@@ -35,7 +35,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, ModelLocation
+from pytriton_core.backends.base import (
+    BackendInstance,
+    BackendModel,
+    Finished,
+    InstanceSpec,
+    LoopExecution,
+    ModelLocation,
+)
 from pytriton_core.backends.custom_metrics import (
     MetricFamilySnapshot,
     MetricKindConflict,
@@ -48,7 +55,9 @@ from pytriton_core.backends.python.process_transport import (
     Arena,
     BatchItem,
     ChannelClosed,
+    ExecutionAnswer,
     channel_pair,
+    read_responses,
     request_header,
     take_responses,
     take_tensors,
@@ -61,8 +70,6 @@ from pytriton_core.inference.statistics import ComputeTiming
 
 log = logging.getLogger(__name__)
 
-Finished = Callable[[Sequence[InferenceResponse | None] | ServerError], None]
-
 MODE_PARAMETER = "EXECUTION_MODE"
 TIMEOUT_PARAMETER = "PROCESS_EXECUTE_TIMEOUT_SECONDS"
 MEMORY_PARAMETER = "PROCESS_MEMORY_LIMIT_BYTES"
@@ -72,14 +79,19 @@ _START_TIMEOUT_S = 120.0
 _WATCH_INTERVAL_S = 0.05
 _MAX_BACKOFF_S = 5.0
 _DEATH_REPORT_S = 2.0  # how long the loop waits for a dead worker's cause
-# Batches started from the loop that may be in flight on one instance: one executing, the
-# next waiting in the worker's socket (docs/architecture.md, "Where executions run").
+# Bundles started from the loop that may be in flight on one instance: one executing, the
+# next waiting in the worker's socket (docs/architecture.md, "Where executions run"); one
+# input arena each (``_place``).
 PIPELINE_DEPTH = 2
+# Executions the loop may hand over in one bundle (one message, one answer): enough for
+# the requests a busy loop reads in a turn; each is short (the loop bundles only those),
+# so the first one's response waits at most a few of them.
+BUNDLE_LIMIT = 8
 
 _BOOTSTRAP = (
-    "import sys, json; sys.path.extend(json.loads(sys.argv[3])); "
+    "import sys, json; sys.path.extend(json.loads(sys.argv[2])); "
     "from pytriton_core.backends.python.process_worker import main; "
-    "main(int(sys.argv[1]), int(sys.argv[2]))"
+    "main(json.loads(sys.argv[1]))"
 )
 
 
@@ -195,8 +207,10 @@ class ProcessModel(BackendModel):
         self.loop_dispatch = not spec.decoupled
         # A batch waiting behind one that calls the server (BLS) could be the very request
         # that call waits for, through a model calling back: such models keep one batch in
-        # flight (also from the first call on, ``server_called``, when the file hid it).
+        # flight, alone in its bundle (also from the first call on, ``server_called``, when
+        # the file hid it).
         self.loop_depth = 1 if calls_server else PIPELINE_DEPTH
+        self.loop_bundle = 1 if calls_server else BUNDLE_LIMIT
         # Replaced whole under the lock, never changed in place: ``healthy`` (asked on
         # each request) reads it without taking the lock.
         self._instances: tuple[ProcessInstance, ...] = ()
@@ -212,6 +226,7 @@ class ProcessModel(BackendModel):
     def server_called(self) -> None:
         """A worker called the server: one batch in flight per instance from now on."""
         self.loop_depth = 1
+        self.loop_bundle = 1
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         init = {
@@ -250,14 +265,14 @@ class _Worker:
         self.inputs = [Arena.create(0)]
         self.calls = ServedCalls(self.events, model.server, model.waits, Caller(model.key, name))
         paths = [p for p in sys.path if p]
-        fds = [theirs.fileno(), their_events.fileno()]
+        fds = [sock.fileno() for sock in (*theirs, *their_events)]
         self.process = subprocess.Popen(
-            [model.interpreter, "-c", _BOOTSTRAP, *map(str, fds), json.dumps(paths)],
+            [model.interpreter, "-c", _BOOTSTRAP, json.dumps(fds), json.dumps(paths)],
             pass_fds=fds,
             env={**os.environ, "PYTHONNOUSERSITE": "1"},
         )
-        theirs.close()
-        their_events.close()
+        for sock in (*theirs, *their_events):
+            sock.close()
         self.outputs: Arena | None = None  # the worker's answers to batches
         self.event_outputs: Arena | None = None  # the tensors of its other messages
         self.lock = threading.Lock()
@@ -271,7 +286,7 @@ class _Worker:
         # The loop that reads ``channel`` once a batch was started there (``begin``): it
         # then owns the socket, and closes it when the worker is gone.
         self.watched: asyncio.AbstractEventLoop | None = None
-        # The batches started on the loop and not answered yet, oldest (executing) first.
+        # The bundles started on the loop and not answered yet, oldest (executing) first.
         self.pending: deque[_Begun] = deque()
         answers = self.calls.writer.arena
         self.channel.send(
@@ -488,12 +503,14 @@ class ProcessInstance(BackendInstance):
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
     ) -> Sequence[InferenceResponse | None]:
+        """On the instance's thread (decoupled and rate-limited models): one batch, sent
+        as a bundle of one, and its answer waited for."""
         worker = self._worker
         if not self.up:
             raise UnavailableError(
                 f"model instance '{self._spec.name}': its worker process is restarting"
             )
-        batch, fds = self._place(worker, requests, 0)
+        (batch,), fds = self._place(worker, [requests], 0)
         if self._model.decoupled:
             with worker.lock:
                 for item, request in zip(batch, requests, strict=True):
@@ -503,9 +520,9 @@ class ProcessInstance(BackendInstance):
                 hook = partial(_send_cancel, worker.events.send, item[1])
                 request.loop.call_soon_threadsafe(request.on_cancel, hook)
         worker.executing_since = time.monotonic()
+        timing.mark_input_done()  # the inputs are placed; the worker's time is after this
         try:
-            worker.channel.send(_execute_message(worker, batch, 0), fds)
-            timing.mark_input_done()
+            worker.channel.send(_execute_message(worker, [batch], 0), fds)
             done, fds = worker.channel.recv()
         except ChannelClosed:
             # The reader thread finds out why, answers the streams and restarts it.
@@ -513,16 +530,17 @@ class ProcessInstance(BackendInstance):
             raise InternalError(worker.death_text or "the model's worker process died") from None
         finally:
             worker.executing_since = 0.0
-        timing.mark_infer_done()
-        return _answered(worker, requests, done, fds)
+        (outcome,) = _answered(worker, [(requests, timing)], done, fds)
+        if isinstance(outcome, ServerError):
+            raise outcome
+        return outcome
 
-    def begin(
-        self, requests: Sequence[InferenceRequest], timing: ComputeTiming, finished: Finished
-    ) -> None:
-        """Send the batch from the loop; the loop reads the answer when it comes
-        (``_on_answer``), so neither waits on the other. With a batch in flight already
-        (``loop_depth``), this one waits in the worker's socket, its inputs in the other
-        slot's arena, and the worker starts it once it has answered the one before."""
+    def begin(self, executions: Sequence[LoopExecution]) -> None:
+        """Send the bundle from the loop, in one message; the loop reads the worker's
+        answer to all of it when it comes (``_on_answer``), so neither waits on the other.
+        With a bundle in flight already (``loop_depth``), this one waits in the worker's
+        socket, its inputs in the other slot's arena, and the worker starts it once it has
+        answered the one before."""
         worker = self._worker
         if not self.up:
             raise UnavailableError(
@@ -534,32 +552,43 @@ class ProcessInstance(BackendInstance):
                 worker.watched = loop
             loop.add_reader(worker.channel.fileno(), self._on_answer, worker)
         pending = worker.pending
-        slot = 1 - pending[0][3] if pending else 0  # the one the batch in flight leaves
-        batch, fds = self._place(worker, requests, slot)
+        slot = 1 - pending[0][1] if pending else 0  # the one the bundle in flight leaves
+        batches, fds = self._place(worker, [execution[0] for execution in executions], slot)
         send_event = worker.events.send
-        for item, request in zip(batch, requests, strict=True):
-            request.on_cancel(partial(_send_cancel, send_event, item[1]))
+        placed_ns = time.monotonic_ns()  # the inputs are placed; the worker's times follow
+        for batch, (requests, timing, _finished) in zip(batches, executions, strict=True):
+            timing.input_end_ns = placed_ns
+            for item, request in zip(batch, requests, strict=True):
+                request.on_cancel(partial(_send_cancel, send_event, item[1]))
         if not pending:  # else it starts when the one before is answered (``_on_answer``)
             worker.executing_since = time.monotonic()
-        pending.append((requests, timing, finished, slot))
+        pending.append((executions, slot))
         message = {
             "kind": "execute",
-            "batch": batch,
+            "executions": batches,
             "slot": slot,
             "arena_size": worker.inputs[slot].size,
         }  # as ``_execute_message``, without the call
         try:
             worker.channel.send(message, fds)
         except ChannelClosed:
-            return  # the loop reads the connection's end and fails the batch there
-        timing.mark_input_done()
+            return  # the loop reads the connection's end and fails the bundle there
+        if len(pending) == 1:
+            # The worker was idle: woken on this CPU, it mostly runs the bundle and answers
+            # before the send returns. Take the answer now, not after the loop's next poll
+            # (as the loop would: what goes wrong is logged, the bundle is not failed twice).
+            try:
+                if worker.channel.arrived():
+                    self._on_answer(worker)
+            except Exception:
+                log.exception("model instance '%s': taking an answer failed", self._spec.name)
 
     def _on_answer(self, worker: _Worker) -> None:
-        """On the loop: the worker's answers to the batches ``begin`` sent, or its end.
+        """On the loop: the worker's answers to the bundles ``begin`` sent, or its end.
         Two answers may come in one read: the second is taken before the loop waits on the
         socket again, which would not wake it for that one.
 
-        Each answer is to the oldest batch in flight; the next one, if any, is executing
+        Each answer is to the oldest bundle in flight; the next one, if any, is executing
         from then on (its execute timeout counts from there)."""
         channel = worker.channel
         pending = worker.pending
@@ -572,25 +601,21 @@ class ProcessInstance(BackendInstance):
             begun = pending.popleft() if pending else None
             worker.executing_since = time.monotonic() if pending else 0.0
             if begun is not None:
-                requests, timing, finished, _slot = begun
-                timing.mark_infer_done()
-                try:
-                    outcome: Sequence[InferenceResponse | None] | ServerError = _answered(
-                        worker, requests, done, fds
-                    )
-                except ServerError as exc:
-                    outcome = exc
-                finished(outcome)
+                executions = begun[0]
+                timings = [(requests, timing) for requests, timing, _finished in executions]
+                outcomes = _answered(worker, timings, done, fds)
+                for execution, outcome in zip(executions, outcomes, strict=True):
+                    execution[2](outcome)
             if not channel.buffered():
                 return
 
     def _unwatch(self, worker: _Worker) -> None:
-        """The worker's batch connection ended: stop reading it, fail the batch in flight
+        """The worker's batch connection ended: stop reading it, fail the bundles in flight
         with the reason its death is reported with."""
         assert worker.watched is not None
         worker.watched.remove_reader(worker.channel.fileno())
         worker.channel.close()
-        stranded = [begun[2] for begun in worker.pending]
+        stranded = [execution[2] for begun in worker.pending for execution in begun[0]]
         worker.pending.clear()
         worker.executing_since = 0.0
         if stranded:
@@ -599,21 +624,22 @@ class ProcessInstance(BackendInstance):
             _fail_once_reported(worker, stranded, time.monotonic() + _DEATH_REPORT_S)
 
     def _place(
-        self, worker: _Worker, requests: Sequence[InferenceRequest], slot: int
-    ) -> tuple[list[BatchItem], list[int]]:
-        """Write the batch's inputs into the arena of ``slot`` (made, or grown, first if
-        they do not fit); the batch's items: each request's header, key and input tensors'
-        places. The batch that used the slot last has been answered: its worker is done
-        with its inputs."""
-        # Two plain loops (each batch comes here): the tensors' places, then, once the
+        self, worker: _Worker, batches: Sequence[Sequence[InferenceRequest]], slot: int
+    ) -> tuple[list[list[BatchItem]], list[int]]:
+        """Write the bundle's inputs into the arena of ``slot`` (made, or grown, first if
+        they do not fit); per batch, its items: each request's header, key and input
+        tensors' places. The bundle that used the slot last has been answered: its worker
+        is done with its inputs."""
+        # Two plain loops (each bundle comes here): the tensors' places, then, once the
         # arena is large enough, their copies.
         placed = []
         end = 0
-        for request in requests:
-            for tensor in request.inputs.values():
-                data, nbytes = Arena.encoded(tensor)
-                placed.append((end, tensor, data, nbytes))
-                end = (end + nbytes + ALIGN - 1) // ALIGN * ALIGN  # ``aligned``, inline
+        for requests in batches:
+            for request in requests:
+                for tensor in request.inputs.values():
+                    data, nbytes = Arena.encoded(tensor)
+                    placed.append((end, tensor, data, nbytes))
+                    end = (end + nbytes + ALIGN - 1) // ALIGN * ALIGN  # ``aligned``, inline
         fds: list[int] = []
         arenas = worker.inputs
         if slot == len(arenas):
@@ -625,29 +651,31 @@ class ProcessInstance(BackendInstance):
             arenas[slot] = grown
             fds = [grown.fd]
         write = arenas[slot].write
-        batch = []
+        items = []
         position = 0
-        for request in requests:
-            refs = []
-            for _name in request.inputs:  # its tensors' places, in the first loop's order
-                offset, tensor, data, nbytes = placed[position]
-                refs.append(write(offset, tensor, data, nbytes))
-                position += 1
-            self._next_key += 1
-            batch.append((request_header(request), self._next_key, refs))
-        return batch, fds
+        for requests in batches:
+            batch = []
+            for request in requests:
+                refs = []
+                for _name in request.inputs:  # its tensors' places, in the first loop's order
+                    offset, tensor, data, nbytes = placed[position]
+                    refs.append(write(offset, tensor, data, nbytes))
+                    position += 1
+                self._next_key += 1
+                batch.append((request_header(request), self._next_key, refs))
+            items.append(batch)
+        return items, fds
 
 
-# A batch started on the loop (``begin``) and not answered yet: its requests, timing,
-# ``finished`` and slot (which input arena holds its inputs). A plain tuple: one is made
-# per batch.
-_Begun = tuple[Sequence[InferenceRequest], ComputeTiming, Finished, int]
+# A bundle started on the loop (``begin``) and not answered yet: its executions and its
+# slot (which input arena holds its inputs). A plain tuple: one is made per bundle.
+_Begun = tuple[Sequence[LoopExecution], int]
 
 
-def _execute_message(worker: _Worker, batch: list[BatchItem], slot: int) -> dict[str, Any]:
+def _execute_message(worker: _Worker, batches: list[list[BatchItem]], slot: int) -> dict[str, Any]:
     return {
         "kind": "execute",
-        "batch": batch,
+        "executions": batches,
         "slot": slot,
         "arena_size": worker.inputs[slot].size,
     }
@@ -668,21 +696,40 @@ def _fail_once_reported(worker: _Worker, stranded: list[Finished], deadline: flo
 
 
 def _answered(
-    worker: _Worker, requests: Sequence[InferenceRequest], done: dict[str, Any], fds: list[int]
-) -> list[InferenceResponse | None]:
-    """The responses of a worker's answer to a batch (raises the failure it reports)."""
+    worker: _Worker,
+    executions: Sequence[tuple[Sequence[InferenceRequest], ComputeTiming]],
+    done: dict[str, Any],
+    fds: list[int],
+) -> list[Sequence[InferenceResponse | None] | ServerError]:
+    """The outcome of each execution of a bundle from the worker's answer to it (its
+    responses, or the failure it reports), their tensors copied out of the arena before
+    any is delivered; sets each execution's end of infer to when it ended in the worker."""
     assert worker.outputs is not None  # set by the handshake
     if fds:
         worker.outputs = _regrown(worker.outputs, fds[0])
     worker.last_heard = time.monotonic()
     if done["metrics"]:
         worker.metrics.apply(done["metrics"])
-    built = take_responses(worker.outputs, done["responses"], done)
-    if done["failure"] is not None:
-        raise ServerError.from_code(*done["failure"])
-    for request, again in zip(requests, done["reschedule"], strict=True):
-        request.reschedule = again
-    return built
+    arena = worker.outputs
+    refs = done["outputs"]
+    position = 0
+    outcomes: list[Sequence[InferenceResponse | None] | ServerError] = []
+    answers: list[ExecutionAnswer] = done["answers"]
+    for (requests, timing), (failure, headers, reschedule, end_ns) in zip(
+        executions, answers, strict=True
+    ):
+        # The worker's clock is this one (CLOCK_MONOTONIC, system-wide), and it ended the
+        # execution after the inputs were placed (``input_end_ns``).
+        timing.infer_end_ns = end_ns
+        if failure is not None:
+            outcomes.append(ServerError.from_code(*failure))
+            continue
+        built, position = read_responses(arena, headers, refs, position)
+        for request, again in zip(requests, reschedule, strict=True):
+            request.reschedule = again
+        outcomes.append(built)
+    arena.add_taken(done["span"])
+    return outcomes
 
 
 def _regrown(arena: Arena, fd: int) -> Arena:

@@ -2,9 +2,9 @@
 
 Two parts, both used on each side:
 
-* ``Channel``: length-prefixed control messages over a Unix socket pair, with file
-  descriptors passed alongside (``SCM_RIGHTS``). Messages carry names, datatypes, shapes,
-  offsets and parameters; never tensor data.
+* ``Channel``: length-prefixed control messages over Unix sockets, one socket pair per
+  direction, with file descriptors passed alongside (``SCM_RIGHTS``). Messages carry names,
+  datatypes, shapes, offsets and parameters; never tensor data.
 * ``Arena``: a shared-memory file (memfd on Linux, so no ``/dev/shm`` sizing is needed)
   mapped by both processes. Each arena has one writer: the server writes a batch's inputs
   into its arena, the worker writes responses into its own. Tensor data is copied into an
@@ -71,6 +71,13 @@ class Channel:
     """One end of a control connection. ``send`` may be called from several threads;
     ``recv`` from one at a time.
 
+    Each direction has a socket pair of its own: this end receives on one socket and sends
+    on another. On one socket for both, the peer's every read of what this end sent would
+    also wake a thread of this end blocked in ``recv`` on it (the kernel tells a Unix
+    socket's sleepers that it can write again), for nothing: a wake-up, and on a busy
+    machine a preemption, per message (measured: a worker woke 1.87 times per round trip
+    instead of 0.95).
+
     ``recv`` reads up to ``_READ`` bytes at once: usually a whole message in one system
     call, and sometimes the next ones too (a worker with two batches in flight finds both
     in one read), which wait in ``_data`` for the following calls (``buffered``). The
@@ -79,8 +86,9 @@ class Channel:
     ``_fds`` until their message is taken.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
+    def __init__(self, receiving: socket.socket, sending: socket.socket) -> None:
+        self._sock = receiving
+        self._sending = sending
         self._send_lock = threading.Lock()
         self._data = b""  # bytes received and not yet taken: from a message's start
         self._fds: deque[int] = deque()  # descriptors received and not yet taken, in order
@@ -97,9 +105,9 @@ class Channel:
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         with self._send_lock:
             try:
-                sent = self._sock.sendmsg(parts, ancillary)
+                sent = self._sending.sendmsg(parts, ancillary)
                 if sent < _HEADER_BYTES + length:
-                    self._sock.sendall((parts[0] + payload)[sent:])
+                    self._sending.sendall((parts[0] + payload)[sent:])
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
 
@@ -140,9 +148,23 @@ class Channel:
             raise ChannelClosed("a message came without the descriptors it names")
         return message, [fds.popleft() for _ in range(count)]
 
-    def _receive(self, size: int) -> bytes:
+    def arrived(self) -> bool:
+        """Whether a whole message is here, reading what has arrived without waiting: a
+        reader that expects an answer at once takes it without waiting for the loop to
+        poll the socket (``recv`` then returns it)."""
+        if self.buffered():
+            return True
         try:
-            data, ancillary, _flags, _addr = self._sock.recvmsg(size, _FDS_SPACE)
+            self._data += self._receive(_READ, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        return self.buffered()
+
+    def _receive(self, size: int, flags: int = 0) -> bytes:
+        try:
+            data, ancillary, _flags, _addr = self._sock.recvmsg(size, _FDS_SPACE, flags)
+        except BlockingIOError:
+            raise
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
         if ancillary:
@@ -152,19 +174,26 @@ class Channel:
         return data
 
     def close(self) -> None:
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)  # a thread blocked on it wakes up
-        except OSError:
-            pass
-        self._sock.close()
+        for sock in (self._sock, self._sending):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # a thread blocked on it wakes up
+            except OSError:
+                pass
+            sock.close()
         while self._fds:  # received for messages never taken
             os.close(self._fds.popleft())
 
 
-def channel_pair() -> tuple[Channel, socket.socket]:
-    """The server's channel and the socket to hand to the worker."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    return Channel(ours), theirs
+# The sockets of a channel's other end: the one it receives on, the one it sends on.
+ChannelSockets = tuple[socket.socket, socket.socket]
+
+
+def channel_pair() -> tuple[Channel, ChannelSockets]:
+    """The server's channel, and the sockets of the worker's end (``Channel(*sockets)``
+    there): one socket pair per direction."""
+    to_them, theirs_receiving = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours_receiving, theirs_sending = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return Channel(ours_receiving, to_them), (theirs_receiving, theirs_sending)
 
 
 def _shared_file(size: int) -> int:
@@ -366,6 +395,10 @@ class ResponseWriter:
 RequestHeader = tuple[str, int, str, list[str] | None, dict[str, Any], int, int | str, int]
 BatchItem = tuple[RequestHeader, int, list[TensorRef]]  # one request of a batch: its key
 ResponseHeader = tuple[tuple[Any, str] | None, dict[str, Any], int]  # error, parameters, outputs
+# What a worker answers for one execution of a bundle: the failure that failed it (None if
+# it ran), its responses' headers, which requests the model rescheduled, and when the
+# execution ended (monotonic ns: one clock for both processes).
+ExecutionAnswer = tuple[tuple[Any, str] | None, list[ResponseHeader | None], list[bool], int]
 
 
 def request_header(request: InferenceRequest) -> RequestHeader:
@@ -420,15 +453,15 @@ def build_response(header: ResponseHeader, outputs: list[Tensor]) -> InferenceRe
     )
 
 
-def take_responses(
-    arena: Arena, headers: Sequence[ResponseHeader | None], message: dict[str, Any]
-) -> list[InferenceResponse | None]:
-    """The responses ``headers`` describe, their tensors (``message["outputs"]``, in the
-    headers' order) copied out of ``arena``; counts their space as taken. One loop, as
-    ``build_response`` over ``take_tensors`` (the answer of every batch comes here)."""
-    refs = message["outputs"]
+def read_responses(
+    arena: Arena, headers: Sequence[ResponseHeader | None], refs: Sequence[TensorRef], position: int
+) -> tuple[list[InferenceResponse | None], int]:
+    """The responses ``headers`` describe, their tensors copied out of ``arena`` from
+    ``refs[position:]`` on, in the headers' order; and where the next execution's tensors
+    start in ``refs`` (a bundle's answer names the tensors of all its executions). One
+    loop, as ``build_response`` over ``take_tensors`` (every execution's answer comes
+    here)."""
     built: list[InferenceResponse | None] = []
-    position = 0
     for header in headers:
         if header is None:
             built.append(None)
@@ -445,6 +478,15 @@ def take_responses(
                 error=None if error is None else ServerError.from_code(*error),
             )
         )
+    return built, position
+
+
+def take_responses(
+    arena: Arena, headers: Sequence[ResponseHeader | None], message: dict[str, Any]
+) -> list[InferenceResponse | None]:
+    """The responses of one message (``read_responses`` over ``message["outputs"]``);
+    counts their space as taken."""
+    built, _end = read_responses(arena, headers, message["outputs"], 0)
     arena.add_taken(message["span"])
     return built
 

@@ -3,7 +3,8 @@
 It runs the same in-process machinery the server uses (``PythonModel``/``PythonInstance``)
 on requests whose tensors are views over the server's arena, and sends responses back
 through its own arena (``process_transport``). Started by the server as
-``python -c <bootstrap> <socket fd>``; it exits when the server's end of the socket closes.
+``python -c <bootstrap> <socket fds> <sys.path>``; it exits when the server's end of its
+connection closes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pytriton_core.backends.python.process_transport import (
     Arena,
     Channel,
     ChannelClosed,
+    ExecutionAnswer,
+    ResponseHeader,
     ResponseWriter,
     request_fields,
     response_header,
@@ -169,6 +172,8 @@ class _Worker:
             request.cancel()
 
     def _execute(self, instance: Any, message: dict[str, Any], fds: list[int]) -> None:
+        """One bundle: its executions run in turn, each on its own (one failing does not
+        fail the others), and one answer carries the outcomes of all."""
         slot = message["slot"]
         if fds:  # the server made the slot's arena, or grew it
             arena = Arena(fds[0], message["arena_size"])
@@ -179,42 +184,69 @@ class _Worker:
                 self._inputs[slot] = arena
         inputs_arena = self._inputs[slot]
         copy = self._decoupled  # a decoupled model may read its inputs after execute
-        requests = []
+        live = self._live if self._decoupled else None
+        bundle = []
         read = inputs_arena.read
-        for header, key, refs in message["batch"]:
-            inputs = []
-            for ref in refs:
-                inputs.append(read(ref, copy))
-            request = _WorkerRequest(
-                **request_fields(header, inputs),
-                key=key,
-                writer=self._event_writer,
-                live=self._live if self._decoupled else None,
-            )
-            requests.append(request)
+        for items in message["executions"]:
+            requests = []
+            for header, key, refs in items:
+                inputs = []
+                for ref in refs:
+                    inputs.append(read(ref, copy))
+                requests.append(
+                    _WorkerRequest(
+                        **request_fields(header, inputs),
+                        key=key,
+                        writer=self._event_writer,
+                        live=live,
+                    )
+                )
+            bundle.append(requests)
+        # Every request of the bundle is live from now on: a cancellation of one waiting
+        # behind the execution in progress reaches it before it starts.
+        cancelled = []
         with self._live_lock:
-            for request in requests:
-                self._live[request.key] = request
-            self._newest_key = requests[-1].key if requests else self._newest_key
+            for requests in bundle:
+                for request in requests:
+                    self._live[request.key] = request
+                    self._newest_key = request.key
             early = self._cancelled_early
-            cancelled = [r for r in requests if r.key in early] if early else []
-            for request in cancelled:
-                early.discard(request.key)
+            if early:
+                for requests in bundle:
+                    for request in requests:
+                        if request.key in early:
+                            early.discard(request.key)
+                            cancelled.append(request)
         for request in cancelled:
             request.cancel()
-        headers: list[Any] = []
-        done: dict[str, Any] = {"kind": "done", "failure": None, "responses": headers}
+        answers = []
         outputs: list[Any] = []
+        for requests in bundle:
+            answers.append(self._run(instance, requests, outputs))
+        done: dict[str, Any] = {"kind": "done", "answers": answers}
+        done["metrics"] = self._metric_changes()  # counted before the responses are seen
+        self._writer.send(done, outputs)
+
+    def _run(
+        self, instance: Any, requests: list[_WorkerRequest], outputs: list[Any]
+    ) -> ExecutionAnswer:
+        """One execution of a bundle: its answer; its responses' tensors are added to
+        ``outputs``."""
+        headers: list[ResponseHeader | None] = []
+        failure = None
         try:
             responses = instance.execute(requests, ComputeTiming(start_ns=time.monotonic_ns()))
+            tensors = []
             for response in responses:
                 if response is None:
                     headers.append(None)
                 else:
                     headers.append(response_header(response))
-                    outputs.extend(response.outputs)
+                    tensors.extend(response.outputs)
+            outputs.extend(tensors)
         except BaseException as exc:
-            done["failure"] = _error_of(exc)
+            failure = _error_of(exc)
+            headers = []
             if not isinstance(exc, ServerError):
                 traceback.print_exc()
         reschedule = []
@@ -223,9 +255,7 @@ class _Worker:
             reschedule.append(request.reschedule)
             if live is not None:
                 live.pop(request.key, None)
-        done["reschedule"] = reschedule
-        done["metrics"] = self._metric_changes()  # counted before the responses are seen
-        self._writer.send(done, outputs)
+        return (failure, headers, reschedule, time.monotonic_ns())
 
 
 def _location(fields: dict[str, Any], **extra: Any) -> ModelLocation:
@@ -255,6 +285,11 @@ def auto_complete(asked: str, answer: str) -> None:
     Path(answer).write_bytes(pickle.dumps(result))
 
 
-def main(fd: int, events_fd: int) -> None:
-    channel = Channel(socket.socket(fileno=fd))
-    _Worker(channel, Channel(socket.socket(fileno=events_fd))).run()
+def main(fds: list[int]) -> None:
+    """``fds``: the batch connection's receiving and sending sockets, then the events
+    connection's (``process_transport.channel_pair``)."""
+    batches, events = (
+        Channel(socket.socket(fileno=receiving), socket.socket(fileno=sending))
+        for receiving, sending in (fds[:2], fds[2:])
+    )
+    _Worker(batches, events).run()
