@@ -96,6 +96,7 @@ class Model:
         """``services``: what the server shares among its models (the response cache, the
         rate limiter); none by default."""
         self.spec = spec
+        self._decoupled = spec.decoupled  # (read for every request)
         self.name = spec.name
         self.version = spec.version
         # The validated config, for the two places that render Triton's JSON of it (the
@@ -240,7 +241,7 @@ class Model:
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
         self._admit(request)
-        if self.spec.decoupled:
+        if self._decoupled:
             request.observer = ResponseCounter(self.stats, request.arrival_ns)
         # A stopped scheduler refuses even what the cache holds (Triton's dynamic batcher
         # checks its stop before the cache lookup).
@@ -661,7 +662,7 @@ class Model:
                 continue
             if self._cache is not None:
                 self._store_in_cache(request, response)
-            if stats.first_response is not None and not self.spec.decoupled:
+            if stats.first_response is not None and not self._decoupled:
                 stats.record_first_response(request.arrival_ns, end_ns)
             if response.error is None and request.requested_outputs is not None:
                 response = self._apply_classification(request, response)

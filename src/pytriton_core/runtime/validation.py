@@ -6,7 +6,7 @@ backend. The per-model facts it needs are computed once at load (the ``ModelSpec
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection, Iterable
 
 from pytriton_core.config.spec import CONTROL_CORRID, ModelSpec
 from pytriton_core.errors import InvalidArgumentError, ServerError
@@ -95,7 +95,7 @@ def validate_request(request: InferenceRequest, spec: ModelSpec) -> None:
                 f"{note}",
             )
     # Every declared input given (the common case) leaves none missing.
-    if given < len(declared) and any(n not in inputs for n in required):
+    if given < len(declared) and _lacks_required(inputs, required):
         raise _missing_inputs(request, spec)
     request.batch_size = max(batch_size, 1) if max_batch_size > 0 else 1
 
@@ -107,7 +107,11 @@ def validate_request(request: InferenceRequest, spec: ModelSpec) -> None:
                 )
 
     if spec.sequence_batching is not None and request.correlation_id not in (0, ""):
-        _check_correlation_id(request, spec, lambda message: _error(request, message))
+        _check_correlation_id(request, spec)
+
+
+def _lacks_required(inputs: Collection[str], required: Iterable[str]) -> bool:
+    return any(n not in inputs for n in required)
 
 
 def _error(request: InferenceRequest, message: str) -> ServerError:
@@ -124,7 +128,7 @@ def _before_input_error(request: InferenceRequest, spec: ModelSpec) -> None:
     for name in request.inputs:
         if name not in spec.inputs:
             raise _unexpected_input(name, spec.name)
-    if any(n not in request.inputs for n in spec.required_inputs):
+    if _lacks_required(request.inputs, spec.required_inputs):
         raise _missing_inputs(request, spec)
 
 
@@ -139,9 +143,7 @@ def _missing_inputs(request: InferenceRequest, spec: ModelSpec) -> ServerError:
     )
 
 
-def _check_correlation_id(
-    request: InferenceRequest, spec: ModelSpec, error: Callable[[str], ServerError]
-) -> None:
+def _check_correlation_id(request: InferenceRequest, spec: ModelSpec) -> None:
     """The ID's kind must suit the CORRID control (Triton's ValidateCorrelationId: string
     IDs need TYPE_STRING, integer IDs one of the integer types)."""
     assert spec.sequence_batching is not None
@@ -156,7 +158,8 @@ def _check_correlation_id(
     if is_string == expected.is_bytes:
         return
     given = "BYTES" if is_string else "UINT64"
-    raise error(
+    raise _error(
+        request,
         f"sequence batching control '{name}' data-type is '{given}', but model "
-        f"'{spec.name}' expects '{expected.wire_name}'"
+        f"'{spec.name}' expects '{expected.wire_name}'",
     )

@@ -108,10 +108,15 @@ def build_router(service: InferenceService) -> Router:
         exchange = CURRENT_EXCHANGE.get()
         if exchange is not None:  # None: called outside a connection, nobody to leave
             exchange.on_client_gone(decoded.request.cancel)
-        response = await service.infer(model, decoded.request)
+        # (``service.infer`` without its coroutine: most requests are answered within
+        # ``submit``, and then nothing waits)
+        answer = service.begin_infer(model, decoded.request)
+        response = answer.value
+        if response is None:
+            response = await answer.wait(decoded.request)
         trace = decoded.request.trace
         if trace is not None:
-            stamp_received(trace)
+            stamp_received(trace, exchange)
         try:
             if response.error is not None:
                 raise response.error

@@ -9,7 +9,6 @@ carries only their name, datatype and shape.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,16 +49,26 @@ OCTET_STREAM = b"application/octet-stream"
 _DATA_SOURCES = ("data", "binary_data_size", REGION)
 
 
-@dataclass(slots=True)
 class DecodedInfer:
-    request: InferenceRequest
-    # Output name -> True for binary; outputs the client did not name use the default.
-    binary_outputs: dict[str, bool] = field(default_factory=dict)
-    binary_by_default: bool = False
-    # Output name -> where it goes, for outputs requested in shared memory.
-    shm_outputs: dict[str, ShmOutput] = field(default_factory=dict)
-    # The ``triton_`` request parameters the caller allowed, as sent.
-    reserved: dict[str, Any] = field(default_factory=dict)
+    """An infer body, decoded: the core request and how its answer is to be written (an
+    extension type, infer_codec.pxd)."""
+
+    def __init__(
+        self,
+        request: InferenceRequest,
+        binary_outputs: dict[str, bool] | None = None,
+        binary_by_default: bool = False,
+        shm_outputs: dict[str, ShmOutput] | None = None,
+        reserved: dict[str, Any] | None = None,
+    ) -> None:
+        self.request = request
+        # Output name -> True for binary; outputs the client did not name use the default.
+        self.binary_outputs: dict[str, bool] = {} if binary_outputs is None else binary_outputs
+        self.binary_by_default = binary_by_default
+        # Output name -> where it goes, for outputs requested in shared memory.
+        self.shm_outputs: dict[str, ShmOutput] = {} if shm_outputs is None else shm_outputs
+        # The ``triton_`` request parameters the caller allowed, as sent.
+        self.reserved: dict[str, Any] = {} if reserved is None else reserved
 
 
 # Triton reports a malformed infer document as INTERNAL (HTTP 500) in its JSON library's

@@ -94,7 +94,10 @@ class Router:
         self._resolved[path] = found
         return found
 
-    async def dispatch(self, request: Request) -> HttpResponse:
+    def route(self, request: Request) -> HttpResponse | Awaitable[HttpResponse]:
+        """The answer of the handler of ``request``'s path and method, to be awaited; or at
+        once the refusal (a restricted API's 403, 404, 405). Not a coroutine itself: a
+        request costs the handler's alone."""
         resolved = self._resolve(request.path)
         if resolved is not None:
             route, match, restriction = resolved
@@ -108,7 +111,7 @@ class Router:
             handler = route.methods.get(request.method)
             if handler is None:
                 return self._error(405, "Method Not Allowed")
-            return await handler(request, match)
+            return handler(request, match)
         return self._error(404, "Not Found")
 
     def _error(self, status: int, message: str) -> HttpResponse:
