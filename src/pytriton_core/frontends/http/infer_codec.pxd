@@ -33,6 +33,7 @@ cpdef DecodedInfer decode_infer_request(
     outputs=list,
     blobs=list,
     entry=dict,
+    json_entries=list,
     non_finite=bint,
     shm_outputs=dict,
     binary_outputs=dict,
