@@ -2,9 +2,12 @@
 
 cimport cython
 
+from pytriton_core.types cimport DataType
+
+
 cdef class Tensor:
     cdef public object _array
-    cdef public object _datatype
+    cdef public DataType _datatype
     cdef public tuple _device
     cdef public object _external
     cdef public object _name
@@ -20,4 +23,4 @@ cdef class Tensor:
 
 
 @cython.locals(tensor=Tensor)
-cpdef Tensor tensor_from_server(object name, object array, object datatype)
+cpdef Tensor tensor_from_server(object name, object array, DataType datatype)
