@@ -58,14 +58,18 @@ def array_from_bytes(
                 f"invalid BYTES data for input '{input_name}' for model '{model_name}': {exc}"
             ).with_request_id(request_id) from None
         return elements.reshape(shape)
-    size = memoryview(data).nbytes
+    view = memoryview(data)
+    size = view.nbytes
     expected = types.element_count(shape) * datatype.itemsize
     if size != expected:
         raise InvalidArgumentError(
             f"input byte size mismatch for input '{input_name}' for model '{model_name}'. "
             f"Expected {expected}, got {size}"
         ).with_request_id(request_id)
-    return np.frombuffer(data, datatype.numpy_dtype, expected // datatype.itemsize).reshape(shape)
+    # One call (no frombuffer, then reshape); the array's base is the view, which holds
+    # the buffer (a bytearray cannot be resized under it), as frombuffer's does.
+    array: np.ndarray = np.ndarray(shape, datatype.numpy_dtype, view)
+    return array
 
 
 def _negative_shape_error(
