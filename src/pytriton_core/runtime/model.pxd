@@ -8,6 +8,7 @@ from pytriton_core.inference.request cimport InferenceRequest
 from pytriton_core.inference.response cimport InferenceResponse
 from pytriton_core.inference.statistics cimport ComputeTiming, ModelStatistics
 from pytriton_core.runtime.instance cimport ModelInstance
+from pytriton_core.runtime.validation cimport RequestRules
 
 
 cdef class Model:
@@ -45,6 +46,10 @@ cdef class Model:
     cdef object _defer_counts
     cdef bint _direct
     cdef bint _decoupled
+    cdef RequestRules _rules
+    cdef bint _asks_health
+
+    cdef object _current_state(self)
 
     @cython.locals(instance=ModelInstance)
     cpdef void submit(self, InferenceRequest request) except *
