@@ -1,6 +1,8 @@
 """Build: Cython extensions from csrc/ and Python modules generated from the .proto files.
 
-Every ``csrc/<concern>/<name>.pyx`` becomes the extension ``pytriton_core._native.<name>``.
+Every ``csrc/<concern>/<name>.pyx`` becomes the extension ``pytriton_core._native.<name>``, and
+every module named in ``csrc/compiled_modules.txt`` is compiled from its own ``.py`` source (with
+the ``.pxd`` beside it, where there is one, declaring its types).
 ``PYTRITON_DEBUG_BUILD=1`` builds without optimisation and with Cython's annotate HTML.
 """
 
@@ -80,7 +82,7 @@ def extensions() -> list[Extension]:
                 language="c++" if (pyx.parent / "cpp").exists() else "c",
             )
         )
-    return cythonize(
+    native = cythonize(
         exts,
         language_level=3,
         annotate=DEBUG,
@@ -88,6 +90,45 @@ def extensions() -> list[Extension]:
             "boundscheck": DEBUG,
             "wraparound": False,
             "cdivision": True,
+            "embedsignature": True,
+        },
+    )
+    return native + compiled_modules(compile_args)
+
+
+def compiled_modules(compile_args: list[str]) -> list[Extension]:
+    """The package's request-path modules (``csrc/compiled_modules.txt``), compiled from their
+    own ``.py`` source: Python imports an extension module before the ``.py`` beside it.
+
+    A module's ``.pxd`` (beside its ``.py``) declares what is typed: extension types with typed
+    fields, C-level functions and methods, typed locals; another module's ``.pxd`` cimports
+    them (the include path is ``src``). Everything else keeps Python's semantics: annotations
+    are not C types (a value of another type is not refused where Python takes it), integers
+    do not wrap, indexing wraps around. The generated C goes to ``build/cython``.
+    """
+    names = [
+        line.strip()
+        for line in (ROOT / "csrc" / "compiled_modules.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    exts = [
+        Extension(
+            name,
+            [str(Path("src", *name.split(".")).with_suffix(".py"))],
+            # without debug information they take a fifth of the space installed
+            extra_compile_args=compile_args if DEBUG else [*compile_args, "-g0"],
+        )
+        for name in names
+    ]
+    return cythonize(
+        exts,
+        language_level=3,
+        annotate=DEBUG,
+        build_dir="build/cython",
+        include_path=[str(ROOT / "src")],
+        compiler_directives={
+            "annotation_typing": False,
+            "binding": True,
             "embedsignature": True,
         },
     )

@@ -17,9 +17,13 @@ closed loop, the bench's ``[1, 16]`` FP32 request), so the figures are the serve
 - CPU µs per request: this process's CPU time (every thread: the loop, grpc's poller) over a
   window of ``--requests`` requests after ``--warmup`` ones, divided by the requests;
 - with ``--callgrind`` (run under ``valgrind --tool=callgrind --instr-atstart=no``), one
-  more window counted by callgrind, every thread of the server: instructions per request
-  (valgrind runs the server some 50 times slower, so the inline rule's wall-clock budget
-  sends some executions to the instance's thread: compare builds with each other);
+  more window counted by callgrind, every thread of the server: instructions per request.
+  Valgrind runs the server some 50 times slower, so the inline rule's wall-clock budget
+  (``runtime.instance.INLINE_BUDGET_NS``) would send a share of the executions that varies
+  from run to run (a tenth to two thirds) to the instance's thread, each some 35k
+  instructions dearer; the tool lifts that budget under ``--callgrind``, so that every
+  execution runs where it runs on a machine at full speed (on the loop) and two runs of
+  one build count the same work;
 - with ``--cprofile``, a second window profiled on the loop's thread (where the front ends,
   the scheduler and an inline ``execute`` run): Python-level calls per request, and the
   functions with the most calls (``--top``);
@@ -255,6 +259,11 @@ def main() -> None:
     parser.add_argument("--sort", default="ncalls", help="pstats sort key for --top")
     args = parser.parse_args()
 
+    if args.callgrind:
+        # (see the docstring) a tool reaching into the server it profiles
+        from pytriton_core.runtime import instance
+
+        instance.INLINE_BUDGET_NS = 1 << 62
     with tempfile.TemporaryDirectory() as work:
         if args.model == "identity_fp32":
             repository = prepare_repository(Path(work), dynamic_batching=False)

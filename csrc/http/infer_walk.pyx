@@ -18,7 +18,10 @@ import numpy as np
 
 from pytriton_core._native.bytes_codec import deserialize_bytes_tensor
 
-cdef object _frombuffer = np.frombuffer
+# An array over a buffer in one call (no frombuffer, then reshape): given a memoryview, the
+# array's base is the view, which holds the body's buffer (a bytearray cannot be resized
+# under it), as frombuffer's does.
+cdef object _ndarray = np.ndarray
 
 
 cdef inline object _member(dict mapping, str key):
@@ -110,21 +113,21 @@ def walk_binary_infer(dict document not None, body, Py_ssize_t offset, dict data
             return None
         if size < 0 or size > end - offset:
             return None
+        if view is None:
+            view = memoryview(body)
         if datatype.is_bytes:
             if count > max_bytes_elements:
                 return None
-            if view is None:
-                view = memoryview(body)
             try:
-                array = deserialize_bytes_tensor(view[offset:offset + size], count)
+                array = deserialize_bytes_tensor(view[offset:offset + size], count).reshape(shape)
             except ValueError:  # not ``count`` well-formed elements: the general decode says
                 return None
         else:
             itemsize = datatype.itemsize
             if size != count * itemsize:
                 return None
-            array = _frombuffer(body, datatype.numpy_dtype, count, offset)
-        inputs[name] = tensor_type(name, datatype, array.reshape(shape))
+            array = _ndarray(shape, datatype.numpy_dtype, view, offset)
+        inputs[name] = tensor_type(name, datatype, array)
         offset += size
     if offset != end:
         return None

@@ -9,6 +9,7 @@ Verbose level N lets through records at ``DEBUG - (N - 1)`` and above (level 1 i
 
 from __future__ import annotations
 
+import importlib.machinery
 import logging
 import sys
 import time
@@ -75,6 +76,22 @@ class _LevelFilter(logging.Filter):
         return self._control.enabled(record.levelno)
 
 
+_EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def _location(record: logging.LogRecord) -> str:
+    """``file.py:line`` of the code that logged. A module compiled from its ``.py``
+    (csrc/compiled_modules.txt) makes no Python frame, so logging names its nearest Python
+    caller instead: its records name the module's own file, at line 0 (not known)."""
+    module = sys.modules.get(record.name)
+    path = getattr(module, "__file__", None)
+    if path is not None and path.endswith(_EXTENSION_SUFFIXES):
+        source = Path(path).name.split(".", 1)[0] + ".py"
+        if source != record.filename:
+            return f"{source}:0"
+    return f"{record.filename}:{record.lineno}"
+
+
 class TritonFormatter(logging.Formatter):
     """Triton's line layouts: ``I1130 08:52:31.777173 1234 file.py:12] message`` (default)
     or ``2024-11-30T08:52:31Z I 1234 file.py:12] message`` (ISO8601)."""
@@ -85,7 +102,7 @@ class TritonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         letter = _LETTERS.get(record.levelno, "V" if record.levelno < logging.INFO else "E")
-        where = f"{record.process} {record.filename}:{record.lineno}]"
+        where = f"{record.process} {_location(record)}]"
         message = record.getMessage()
         if record.exc_info:
             message = f"{message}\n{self.formatException(record.exc_info)}"

@@ -5,24 +5,55 @@ Config enum name (``TYPE_FP32``) ↔ wire name (``FP32``) ↔ numpy dtype ↔ el
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 
-@dataclass(frozen=True)
 class DataType:
-    wire_name: str  # "FP32": the protocol string
-    config_name: str  # "TYPE_FP32": the ModelConfig enum name
-    config_value: int  # 11: the ModelConfig enum value
-    numpy_dtype: np.dtype  # object for BYTES
-    itemsize: int  # 0 for BYTES (variable-size elements)
-    # A field, not a property: every tensor of every request asks it.
-    is_bytes: bool = field(init=False)
+    """One row of the table: an extension type (types.pxd) whose fields are read-only, and
+    read as C fields by the compiled request path (every tensor of every request asks
+    them). Rows compare by value; the table's rows are the only ones made."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "is_bytes", self.wire_name == "BYTES")
+    def __init__(
+        self,
+        wire_name: str,  # "FP32": the protocol string
+        config_name: str,  # "TYPE_FP32": the ModelConfig enum name
+        config_value: int,  # 11: the ModelConfig enum value
+        numpy_dtype: np.dtype[Any],  # object for BYTES
+        itemsize: int,  # 0 for BYTES (variable-size elements)
+    ) -> None:
+        self.wire_name = wire_name
+        self.config_name = config_name
+        self.config_value = config_value
+        self.numpy_dtype = numpy_dtype
+        self.itemsize = itemsize
+        self.is_bytes = wire_name == "BYTES"
+
+    def _key(self) -> tuple[str, str, int, np.dtype[Any], int]:
+        return (
+            self.wire_name,
+            self.config_name,
+            self.config_value,
+            self.numpy_dtype,
+            self.itemsize,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DataType):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"DataType(wire_name={self.wire_name!r}, config_name={self.config_name!r}, "
+            f"config_value={self.config_value!r}, numpy_dtype={self.numpy_dtype!r}, "
+            f"itemsize={self.itemsize!r}, is_bytes={self.is_bytes!r})"
+        )
 
 
 def _row(wire: str, config: str, value: int, dtype: object, size: int) -> DataType:

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from pytriton_core import types
-from pytriton_core.frontends.http.infer_codec import NonFiniteData, dumps_json, json_output_data
+from pytriton_core.frontends.http.infer_codec import (
+    NonFiniteData,
+    dump_document,
+    dumps_json,
+    json_output_data,
+    json_output_values,
+)
 from pytriton_core.inference.tensor import Tensor
 
 SPECIALS = [0.0, -0.0, 0.1, -2.5, 1e-45, 3.4e38, -3.4e38, 1.0 / 3.0, 123456.789]
@@ -85,3 +91,31 @@ def test_integer_and_bool_outputs_match_the_numpy_route(wire: str) -> None:
 def test_float32_is_written_as_the_double_it_widens_to() -> None:
     written = _written_bytes(_tensor("FP32", np.array([0.1, np.nan], dtype=np.float32)))
     assert written == b'{"data":[0.10000000149011612,NaN]}'
+
+
+@pytest.mark.parametrize("wire", ["FP32", "FP64", "INT32"])
+@pytest.mark.parametrize("extra", [[], *NON_FINITE])
+@pytest.mark.parametrize("request_id", ["", "null", "a null here"])
+def test_a_response_document_checks_its_floats_only_when_it_has_a_null(
+    wire: str, extra: list[float], request_id: str
+) -> None:
+    """``dump_document`` (the infer response's header) writes what the checked route writes:
+    two outputs, one of them with the non-finite values, and an ``id`` that may say null."""
+    datatype = types.from_wire_name(wire)
+    assert datatype is not None
+    plain = _tensor(wire, np.array([1, 2, 3], dtype=datatype.numpy_dtype))
+    values = [4.0, *extra] if wire != "INT32" else [4]
+    special = _tensor(wire, np.array(values, dtype=datatype.numpy_dtype))
+    reference = [json_output_data(t) for t in (plain, special)]
+    expected = dumps_json(
+        {
+            "id": request_id,
+            "outputs": [{"name": "A", "data": reference[0]}, {"data": reference[1]}],
+        },
+        any(isinstance(data, NonFiniteData) for data in reference),
+    )
+    entries: list[dict[str, Any]] = [
+        {"name": "A", "data": json_output_values(plain)},
+        {"data": json_output_values(special)},
+    ]
+    assert dump_document({"id": request_id, "outputs": entries}, entries) == expected

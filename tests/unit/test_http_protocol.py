@@ -9,6 +9,7 @@ repository (a Python ``echo`` model) written to a temporary folder.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import textwrap
 from collections.abc import Coroutine, Iterator
@@ -19,9 +20,14 @@ from typing import Any, TypeVar
 import pytest
 
 from pytriton_core.backends.registry import BackendRegistry
+from pytriton_core.frontends.http.exchange import Exchange
 from pytriton_core.frontends.http.handlers import build_router
+from pytriton_core.frontends.http.infer_codec import DecodedInfer
+from pytriton_core.frontends.http.messages import HttpResponse
 from pytriton_core.frontends.http.router import Router
 from pytriton_core.frontends.http.server import HttpProtocol
+from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.options import ServerOptions
 from pytriton_core.repository.manager import ModelManager
 from pytriton_core.service import InferenceService
@@ -58,11 +64,17 @@ class TritonPythonModel:
         ]
 """
 
+INLINE_ECHO = "inline_echo"
+# What an infer request makes (the last test checks none is left to the garbage collector).
+_REQUEST_OBJECTS = (InferenceRequest, InferenceResponse, DecodedInfer, Exchange, HttpResponse)
+
 LIVE = b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\n\r\n"
 LIVE_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
 
 
-def infer_request(values: list[int], request_id: str = "", extra_headers: bytes = b"") -> bytes:
+def infer_request(
+    values: list[int], request_id: str = "", extra_headers: bytes = b"", model: str = "echo"
+) -> bytes:
     document: dict[str, Any] = {
         "inputs": [{"name": "INPUT0", "shape": [len(values)], "datatype": "INT32", "data": values}]
     }
@@ -70,7 +82,7 @@ def infer_request(values: list[int], request_id: str = "", extra_headers: bytes 
         document["id"] = request_id
     body = json.dumps(document).encode()
     return (
-        b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: test\r\n"
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: test\r\n".encode()
         + extra_headers
         + b"Content-Type: application/json\r\nContent-Length: "
         + str(len(body)).encode()
@@ -79,10 +91,10 @@ def infer_request(values: list[int], request_id: str = "", extra_headers: bytes 
     )
 
 
-def infer_answer(values: list[int], request_id: str = "") -> dict[str, Any]:
+def infer_answer(values: list[int], request_id: str = "", model: str = "echo") -> dict[str, Any]:
     answer: dict[str, Any] = {"id": request_id} if request_id else {}
     answer.update(
-        model_name="echo",
+        model_name=model,
         model_version="1",
         outputs=[{"name": "OUTPUT0", "datatype": "INT32", "shape": [len(values)], "data": values}],
     )
@@ -200,6 +212,13 @@ def router(
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "config.pbtxt").write_text(textwrap.dedent(ECHO_CONFIG))
     (model_dir / "1" / "model.py").write_text(textwrap.dedent(ECHO_MODEL))
+    # The same model as the server runs it by default: a lone request on the loop.
+    inline_dir = repository / INLINE_ECHO
+    (inline_dir / "1").mkdir(parents=True)
+    inline_config = ECHO_CONFIG.replace('"echo"', f'"{INLINE_ECHO}"')
+    inline_config = inline_config.split("# In its thread")[0]
+    (inline_dir / "config.pbtxt").write_text(textwrap.dedent(inline_config))
+    (inline_dir / "1" / "model.py").write_text(textwrap.dedent(ECHO_MODEL))
     options = ServerOptions(model_repositories=(Path(repository),), http_max_input_size=MAX_BODY)
     manager = ModelManager(options, BackendRegistry(), loop)
     assert loop.run_until_complete(manager.load_startup_models()) == []
@@ -288,6 +307,31 @@ def test_infer(connection: Connection) -> None:
     connection.feed(infer_request([1, -2, 3], "r1"))
     (response,) = connection.responses(1)
     assert (response.status, response.json()) == (200, infer_answer([1, -2, 3], "r1"))
+
+
+def test_an_answered_request_is_freed_without_the_garbage_collector(
+    loop: asyncio.AbstractEventLoop, router: Router
+) -> None:
+    """No reference cycle holds a request or its response once it is answered, on the
+    model's thread or on the loop: reference counting frees them as the answer leaves, and
+    the cyclic garbage collector has nothing of them to find (a request's objects collected
+    that way cost every request a share of the collector's passes)."""
+    connection = Connection(loop, router)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds stays in gc.garbage
+    try:
+        for count, model in enumerate(["echo"] * 3 + [INLINE_ECHO] * 20, start=1):
+            connection.feed(infer_request([count], f"r{count}", model=model))
+            answer = connection.responses(count)[-1].json()
+            assert answer == infer_answer([count], f"r{count}", model)
+        gc.collect()
+        held = [type(o).__name__ for o in gc.garbage if isinstance(o, _REQUEST_OBJECTS)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert held == []
 
 
 def test_request_arriving_one_byte_at_a_time(connection: Connection) -> None:

@@ -108,3 +108,32 @@ def test_a_negative_dimension_is_refused_whatever_the_bytes(
     payload = _wire([b""] * count) if datatype.is_bytes else b"\0" * (count * datatype.itemsize)
     with pytest.raises(InvalidArgumentError, match="must not be negative"):
         _decode(payload, datatype, shape)
+
+
+def _layouts(array: np.ndarray) -> list[np.ndarray]:
+    """The same values as C-ordered, Fortran-ordered, strided, reversed, 0-d and empty
+    arrays, and in the other byte order."""
+    square = np.resize(array, (4, 6))
+    return [
+        square,
+        np.asfortranarray(square),
+        square.T,
+        square[:, ::2],
+        square[::-1],
+        square[0, :1].reshape(()),
+        square[:0],
+        square[:, :0],
+        square.astype(square.dtype.newbyteorder()),
+    ]
+
+
+@pytest.mark.parametrize("datatype", FIXED, ids=lambda datatype: datatype.wire_name)
+def test_the_binary_form_is_the_contiguous_array_s_bytes_in_every_layout(
+    datatype: types.DataType,
+) -> None:
+    """``array_to_bytes`` (a view of the data where it is already in the binary form) gives
+    the bytes of the contiguous array of the datatype's own dtype, whatever the layout."""
+    base = np.arange(24).astype(datatype.numpy_dtype)
+    for array in _layouts(base):
+        expected = np.ascontiguousarray(array).astype(datatype.numpy_dtype).tobytes()
+        assert bytes(array_to_bytes(Tensor("OUTPUT0", datatype, array))) == expected, array

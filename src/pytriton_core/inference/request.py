@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytriton_core.inference.flow import ResponseWindow, response_bytes
@@ -45,64 +44,124 @@ DeliveryGate = Callable[
 """Takes a delivery on the event loop; passes it on with ``InferenceRequest.hand_over``."""
 
 
-@dataclass(slots=True)
 class RequestedOutput:
-    name: str
-    class_count: int = 0  # > 0: the classification extension's top-k
-    # Bound for a client's shared-memory region, which copies from device memory directly:
-    # GPU backends leave such an output on the device.
-    to_region: bool = False
+    """An output a client named (an extension type, request.pxd)."""
+
+    def __init__(self, name: str, class_count: int = 0, to_region: bool = False) -> None:
+        self.name = name
+        self.class_count = class_count  # > 0: the classification extension's top-k
+        # Bound for a client's shared-memory region, which copies from device memory
+        # directly: GPU backends leave such an output on the device.
+        self.to_region = to_region
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestedOutput(name={self.name!r}, class_count={self.class_count!r}, "
+            f"to_region={self.to_region!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RequestedOutput):
+            return NotImplemented
+        return (self.name, self.class_count, self.to_region) == (
+            other.name,
+            other.class_count,
+            other.to_region,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable and compared by value
 
 
-@dataclass(slots=True, eq=False)
 class InferenceRequest:
-    model_name: str
-    model_version: int = -1  # -1: the latest ready version
-    id: str = ""
-    inputs: dict[str, Tensor] = field(default_factory=dict)
-    # None: every output of the model, as Triton does when a client names none.
-    requested_outputs: dict[str, RequestedOutput] | None = None
-    parameters: dict[str, ParameterValue] = field(default_factory=dict)
-    priority: int = 0
-    timeout_us: int = 0
-    correlation_id: int | str = 0
-    flags: int = 0
-    on_response: ResponseCallback | None = None
-    loop: asyncio.AbstractEventLoop | None = None
+    """One request to one model version.
 
-    # Filled in by the core.
-    batch_size: int = 1
-    arrival_ns: int = field(default_factory=time.monotonic_ns)
-    queue_start_ns: int = 0
-    final_sent: bool = False
-    # The sequence batcher's filler for an idle slot of a batch (READY false): executed,
-    # never answered, not counted as an inference.
-    padding: bool = False
-    # Set by a backend when the model released the request with RELEASE_RESCHEDULE: the
-    # scheduler queues it again (iterative sequences) instead of completing it.
-    reschedule: bool = False
-    trace: RequestTrace | None = None  # set when tracing sampled this request
-    # Called on the loop with the execution's timing when the request has run (None: the
-    # execution failed): an ensemble sums its steps' compute times (Triton's secondary
-    # stats aggregator).
-    compute_observer: Callable[[ComputeTiming | None], None] | None = None
-    # True from when an instance starts executing the request until the loop has its
-    # outcome (``Model._batch_done``): a decoupled model's final response may come first.
-    executing: bool = False
-    # Set by a front end that streams to a client who may read slowly (inference.flow).
-    response_window: ResponseWindow | None = None
-    # Set by the model (decoupled models' statistics per response).
-    observer: ResponseObserver | None = None
-    # Set by a scheduler that must see each response a backend sends from its own thread
-    # (``send_threadsafe``), before it leaves that thread: the sequence batcher takes a
-    # decoupled model's implicit state from it, and learns when the final one is sent.
-    sent_hook: SentHook | None = None
-    # Set by a scheduler that must order responses (``oldest.preserve_ordering``): it takes
-    # every response ``deliver`` gets and passes each on through ``hand_over``, possibly later.
-    delivery_gate: DeliveryGate | None = None
-    # Read through ``cancelled``; set only by ``cancel`` so that the hooks run.
-    _cancelled: bool = field(default=False, init=False, repr=False)
-    _cancel_hooks: list[CancelHook] | None = field(default=None, init=False, repr=False)
+    An extension type (request.pxd): every request makes one and the compiled runtime reads
+    its fields as C fields. The constructor takes what a front end, a scheduler or a model
+    sets; the rest is filled in by the core.
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        model_version: int = -1,  # -1: the latest ready version
+        id: str = "",
+        inputs: dict[str, Tensor] | None = None,
+        # None: every output of the model, as Triton does when a client names none.
+        requested_outputs: dict[str, RequestedOutput] | None = None,
+        parameters: dict[str, ParameterValue] | None = None,
+        priority: int = 0,
+        timeout_us: int = 0,
+        correlation_id: int | str = 0,
+        flags: int = 0,
+        on_response: ResponseCallback | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        batch_size: int = 1,
+        arrival_ns: int | None = None,  # None: now
+        queue_start_ns: int = 0,
+        final_sent: bool = False,
+        padding: bool = False,
+        reschedule: bool = False,
+        trace: RequestTrace | None = None,
+        compute_observer: Callable[[ComputeTiming | None], None] | None = None,
+        executing: bool = False,
+        response_window: ResponseWindow | None = None,
+        observer: ResponseObserver | None = None,
+        sent_hook: SentHook | None = None,
+        delivery_gate: DeliveryGate | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self.model_version = model_version
+        self.id = id
+        self.inputs: dict[str, Tensor] = {} if inputs is None else inputs
+        self.requested_outputs = requested_outputs
+        self.parameters: dict[str, ParameterValue] = {} if parameters is None else parameters
+        self.priority = priority
+        self.timeout_us = timeout_us
+        self.correlation_id = correlation_id
+        self.flags = flags
+        self.on_response = on_response
+        self.loop = loop
+        # Filled in by the core.
+        self.batch_size = batch_size
+        self.arrival_ns: int = time.monotonic_ns() if arrival_ns is None else arrival_ns
+        self.queue_start_ns = queue_start_ns
+        self.final_sent = final_sent
+        # The sequence batcher's filler for an idle slot of a batch (READY false): executed,
+        # never answered, not counted as an inference.
+        self.padding = padding
+        # Set by a backend when the model released the request with RELEASE_RESCHEDULE: the
+        # scheduler queues it again (iterative sequences) instead of completing it.
+        self.reschedule = reschedule
+        self.trace = trace  # set when tracing sampled this request
+        # Called on the loop with the execution's timing when the request has run (None:
+        # the execution failed): an ensemble sums its steps' compute times (Triton's
+        # secondary stats aggregator).
+        self.compute_observer = compute_observer
+        # True from when an instance starts executing the request until the loop has its
+        # outcome (``Model._batch_done``): a decoupled model's final response may come first.
+        self.executing = executing
+        # Set by a front end that streams to a client who may read slowly (inference.flow).
+        self.response_window = response_window
+        # Set by the model (decoupled models' statistics per response).
+        self.observer = observer
+        # Set by a scheduler that must see each response a backend sends from its own
+        # thread (``send_threadsafe``), before it leaves that thread: the sequence batcher
+        # takes a decoupled model's implicit state from it, and learns when the final one
+        # is sent.
+        self.sent_hook = sent_hook
+        # Set by a scheduler that must order responses (``oldest.preserve_ordering``): it
+        # takes every response ``deliver`` gets and passes each on through ``hand_over``,
+        # possibly later.
+        self.delivery_gate = delivery_gate
+        # Read through ``cancelled``; set only by ``cancel`` so that the hooks run.
+        self._cancelled = False
+        self._cancel_hooks: list[CancelHook] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"InferenceRequest(model_name={self.model_name!r}, "
+            f"model_version={self.model_version!r}, id={self.id!r})"
+        )
 
     @property
     def cancelled(self) -> bool:

@@ -38,21 +38,44 @@ class FailureReason(enum.Enum):
     OTHER = "OTHER"
 
 
-@dataclass(slots=True)
 class Duration:
-    count: int = 0
-    ns: int = 0
+    """A count and the nanoseconds it adds up to (an extension type, statistics.pxd)."""
+
+    def __init__(self, count: int = 0, ns: int = 0) -> None:
+        self.count = count
+        self.ns = ns
+
+    def __repr__(self) -> str:
+        return f"Duration(count={self.count}, ns={self.ns})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Duration):
+            return NotImplemented
+        return self.count == other.count and self.ns == other.ns
 
     def add(self, ns: int, count: int = 1) -> None:
         self.count += count
         self.ns += ns
 
 
-@dataclass(slots=True)
 class BatchDurations:
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
+    """The compute durations of the executions of one batch size (an extension type)."""
+
+    def __init__(
+        self,
+        compute_input: Duration | None = None,
+        compute_infer: Duration | None = None,
+        compute_output: Duration | None = None,
+    ) -> None:
+        self.compute_input = Duration() if compute_input is None else compute_input
+        self.compute_infer = Duration() if compute_infer is None else compute_infer
+        self.compute_output = Duration() if compute_output is None else compute_output
+
+    def __repr__(self) -> str:
+        return (
+            f"BatchDurations(compute_input={self.compute_input!r}, "
+            f"compute_infer={self.compute_infer!r}, compute_output={self.compute_output!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +97,25 @@ def merge_memory_usage(usages: Iterable[MemoryUsage]) -> tuple[MemoryUsage, ...]
     return tuple(MemoryUsage(kind, device, size) for (kind, device), size in sorted(totals.items()))
 
 
-@dataclass(slots=True)
 class ComputeTiming:
-    """Monotonic ns timestamps of one execution, marked by the instance and its backend."""
+    """Monotonic ns timestamps of one execution, marked by the instance and its backend.
 
-    start_ns: int = 0
-    input_end_ns: int = 0
-    infer_end_ns: int = 0
-    end_ns: int = 0
+    An extension type (statistics.pxd): made per execution and read by the compiled runtime
+    as C fields."""
+
+    def __init__(
+        self, start_ns: int = 0, input_end_ns: int = 0, infer_end_ns: int = 0, end_ns: int = 0
+    ) -> None:
+        self.start_ns = start_ns
+        self.input_end_ns = input_end_ns
+        self.infer_end_ns = infer_end_ns
+        self.end_ns = end_ns
+
+    def __repr__(self) -> str:
+        return (
+            f"ComputeTiming(start_ns={self.start_ns}, input_end_ns={self.input_end_ns}, "
+            f"infer_end_ns={self.infer_end_ns}, end_ns={self.end_ns})"
+        )
 
     def mark_input_done(self) -> None:
         self.input_end_ns = time.monotonic_ns()
@@ -207,9 +241,8 @@ class SlidingSummary:
 
 
 class Histogram:
-    """Cumulative bucket counts over fixed upper bounds (+Inf implied), with sum and count."""
-
-    __slots__ = ("bounds", "count", "counts", "sum")
+    """Cumulative bucket counts over fixed upper bounds (+Inf implied), with sum and count
+    (an extension type, statistics.pxd: observed once per latency of every request)."""
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
@@ -241,16 +274,23 @@ class LatencySummaries:
     compute_output: Summary = field(default_factory=SlidingSummary)
 
 
-@dataclass(slots=True)
 class LatencyHistograms:
     """The per-request latency histograms behind ``histogram_latencies`` (µs
-    observations), Triton's ``nv_inference_*_duration_histogram_us``."""
+    observations), Triton's ``nv_inference_*_duration_histogram_us`` (an extension type)."""
 
-    request: Histogram
-    queue: Histogram
-    compute_input: Histogram
-    compute_infer: Histogram
-    compute_output: Histogram
+    def __init__(
+        self,
+        request: Histogram,
+        queue: Histogram,
+        compute_input: Histogram,
+        compute_infer: Histogram,
+        compute_output: Histogram,
+    ) -> None:
+        self.request = request
+        self.queue = queue
+        self.compute_input = compute_input
+        self.compute_infer = compute_infer
+        self.compute_output = compute_output
 
     @classmethod
     def create(
@@ -276,30 +316,56 @@ def _zero_failures() -> dict[FailureReason, int]:
     return dict.fromkeys(FailureReason, 0)
 
 
-@dataclass(slots=True)
 class ModelStatistics:
-    success: Duration = field(default_factory=Duration)
-    fail: Duration = field(default_factory=Duration)
-    queue: Duration = field(default_factory=Duration)
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
-    cache_hit: Duration = field(default_factory=Duration)
-    cache_miss: Duration = field(default_factory=Duration)
-    inference_count: int = 0
-    execution_count: int = 0
-    last_inference_ms: int = 0
-    batch_stats: dict[int, BatchDurations] = field(default_factory=dict)
-    # Decoupled models: by response index within a request.
-    response_stats: dict[int, ResponseDurations] = field(default_factory=dict)
-    # fail.count split by reason; every reason is present (the metric pre-creates all four).
-    failures: dict[FailureReason, int] = field(default_factory=_zero_failures)
-    # Only when the metrics ask for them (they cost a little per request).
-    summaries: LatencySummaries | None = None
-    histograms: LatencyHistograms | None = None
-    first_response: Histogram | None = None
-    # What the backend could tell of the memory the model holds; () when it cannot.
-    memory_usage: tuple[MemoryUsage, ...] = ()
+    """A model version's counters (an extension type, statistics.pxd: updated for every
+    request by the compiled runtime)."""
+
+    def __init__(
+        self,
+        success: Duration | None = None,
+        fail: Duration | None = None,
+        queue: Duration | None = None,
+        compute_input: Duration | None = None,
+        compute_infer: Duration | None = None,
+        compute_output: Duration | None = None,
+        cache_hit: Duration | None = None,
+        cache_miss: Duration | None = None,
+        inference_count: int = 0,
+        execution_count: int = 0,
+        last_inference_ms: int = 0,
+        batch_stats: dict[int, BatchDurations] | None = None,
+        response_stats: dict[int, ResponseDurations] | None = None,
+        failures: dict[FailureReason, int] | None = None,
+        summaries: LatencySummaries | None = None,
+        histograms: LatencyHistograms | None = None,
+        first_response: Histogram | None = None,
+        memory_usage: tuple[MemoryUsage, ...] = (),
+    ) -> None:
+        self.success = Duration() if success is None else success
+        self.fail = Duration() if fail is None else fail
+        self.queue = Duration() if queue is None else queue
+        self.compute_input = Duration() if compute_input is None else compute_input
+        self.compute_infer = Duration() if compute_infer is None else compute_infer
+        self.compute_output = Duration() if compute_output is None else compute_output
+        self.cache_hit = Duration() if cache_hit is None else cache_hit
+        self.cache_miss = Duration() if cache_miss is None else cache_miss
+        self.inference_count = inference_count
+        self.execution_count = execution_count
+        self.last_inference_ms = last_inference_ms
+        self.batch_stats: dict[int, BatchDurations] = {} if batch_stats is None else batch_stats
+        # Decoupled models: by response index within a request.
+        self.response_stats: dict[int, ResponseDurations] = (
+            {} if response_stats is None else response_stats
+        )
+        # fail.count split by reason; every reason is present (the metric pre-creates all
+        # four).
+        self.failures: dict[FailureReason, int] = _zero_failures() if failures is None else failures
+        # Only when the metrics ask for them (they cost a little per request).
+        self.summaries = summaries
+        self.histograms = histograms
+        self.first_response = first_response
+        # What the backend could tell of the memory the model holds; () when it cannot.
+        self.memory_usage = memory_usage
 
     @classmethod
     def create(

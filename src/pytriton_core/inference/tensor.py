@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -12,17 +11,27 @@ from pytriton_core.errors import ServerError
 from pytriton_core.types import DataType
 
 
-@dataclass(slots=True)
 class Tensor:
     """A named tensor.
 
     ``data`` has exactly ``shape``; for fixed-size datatypes it is often a zero-copy view
     over the received bytes (so it may be read-only), for BYTES an object array of ``bytes``.
+
+    An extension type (tensor.pxd): every request's inputs and outputs are made as one.
+    ``DeviceTensor`` overrides ``data`` with a property, so compiled code reads ``data``
+    through the attribute protocol, never as a typed field.
     """
 
-    name: str
-    datatype: DataType
-    data: np.ndarray
+    def __init__(self, name: str, datatype: DataType, data: np.ndarray) -> None:
+        self.name = name
+        self.datatype = datatype
+        self.data = data
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, datatype={self.datatype!r}, "
+            f"data={self.data!r})"
+        )
 
     @property
     def shape(self) -> tuple[int, ...]:

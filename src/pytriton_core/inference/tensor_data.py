@@ -58,14 +58,18 @@ def array_from_bytes(
                 f"invalid BYTES data for input '{input_name}' for model '{model_name}': {exc}"
             ).with_request_id(request_id) from None
         return elements.reshape(shape)
-    size = memoryview(data).nbytes
+    view = memoryview(data)
+    size = view.nbytes
     expected = types.element_count(shape) * datatype.itemsize
     if size != expected:
         raise InvalidArgumentError(
             f"input byte size mismatch for input '{input_name}' for model '{model_name}'. "
             f"Expected {expected}, got {size}"
         ).with_request_id(request_id)
-    return np.frombuffer(data, datatype.numpy_dtype, expected // datatype.itemsize).reshape(shape)
+    # One call (no frombuffer, then reshape); the array's base is the view, which holds
+    # the buffer (a bytearray cannot be resized under it), as frombuffer's does.
+    array: np.ndarray = np.ndarray(shape, datatype.numpy_dtype, view)
+    return array
 
 
 def _negative_shape_error(
@@ -88,36 +92,51 @@ def check_tensor_limits(request: InferenceRequest, limits: LimitOptions) -> None
     """Refuse an input past ``--max-tensor-byte-size``, ``--max-tensor-element-count`` or
     (for BYTES that arrived as JSON) ``--max-bytes-element-count``. The inputs are already
     decoded, within the memory their bodies took: this is the policy, not the guard."""
+    max_elements = limits.max_tensor_element_count
+    max_bytes_elements = limits.max_bytes_elements
+    max_byte_size = limits.max_tensor_byte_size
     for tensor in request.inputs.values():
         # The shape, not ``data``: a GPU input's data is a copy to the host, made on use.
-        count = types.element_count(tensor.shape)
-        if count > limits.max_tensor_element_count:
+        count = 1  # (``types.element_count``, spelled out: every input passes here)
+        for dim in tensor.shape:
+            count *= dim
+        if count > max_elements:
             raise InvalidArgumentError(
                 f"input '{tensor.name}' for model '{request.model_name}' has {count} elements, "
-                f"more than the limit of {limits.max_tensor_element_count} "
-                "(--max-tensor-element-count)"
+                f"more than the limit of {max_elements} (--max-tensor-element-count)"
             ).with_request_id(request.id)
-        if tensor.datatype.is_bytes:
-            if count > limits.max_bytes_elements:
+        datatype = tensor.datatype
+        if datatype.is_bytes:
+            if count > max_bytes_elements:
                 raise bytes_elements_error(
-                    tensor.name, request.model_name, count, limits.max_bytes_elements
+                    tensor.name, request.model_name, count, max_bytes_elements
                 ).with_request_id(request.id)
-        elif count * tensor.datatype.itemsize > limits.max_tensor_byte_size:
+        elif count * datatype.itemsize > max_byte_size:
             raise InvalidArgumentError(
                 f"input '{tensor.name}' for model '{request.model_name}' holds "
-                f"{count * tensor.datatype.itemsize} bytes, more than the limit of "
-                f"{limits.max_tensor_byte_size} (--max-tensor-byte-size)"
+                f"{count * datatype.itemsize} bytes, more than the limit of "
+                f"{max_byte_size} (--max-tensor-byte-size)"
             ).with_request_id(request.id)
 
 
 def array_to_bytes(tensor: Tensor) -> Buffer:
     """The binary form of a tensor's data; a view over the array when it is contiguous."""
-    if tensor.datatype.is_bytes:
-        serialized: bytes = serialize_bytes_tensor(tensor.data)
+    datatype = tensor.datatype
+    data = tensor.data
+    if datatype.is_bytes:
+        serialized: bytes = serialize_bytes_tensor(data)
         return serialized
-    array = np.ascontiguousarray(tensor.data)
-    if array.dtype != tensor.datatype.numpy_dtype:
-        array = array.astype(tensor.datatype.numpy_dtype)
+    if data.dtype is datatype.numpy_dtype:  # (numpy's builtin dtypes are singletons)
+        # The common case in one step: C-contiguous data of a dtype the buffer protocol
+        # names. Anything else is refused here (a strided array, an empty one of more
+        # than one dimension, bfloat16) and copied or viewed below.
+        try:
+            return memoryview(data).cast("B")  # type: ignore[arg-type]  # (numpy's stubs lack the buffer protocol)
+        except (TypeError, ValueError):
+            pass
+    array = np.ascontiguousarray(data)
+    if array.dtype != datatype.numpy_dtype:
+        array = array.astype(datatype.numpy_dtype)
     # A byte view: the buffer protocol has no format for some dtypes (bfloat16).
     return array.reshape(-1).view(np.uint8).data
 

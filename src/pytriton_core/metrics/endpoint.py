@@ -10,7 +10,7 @@ import logging
 
 from pytriton_core.frontends.http.messages import HttpResponse
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
-from pytriton_core.frontends.http.server import HttpProtocol
+from pytriton_core.frontends.http.server import HttpProtocol, as_protocol
 from pytriton_core.metrics.exposition import CONTENT_TYPE
 from pytriton_core.metrics.reporter import MetricsReporter
 
@@ -41,7 +41,7 @@ class MetricsEndpoint:
         serves the page summed over all of them)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: HttpProtocol(self._router, _MAX_BODY, self._connections),
+            lambda: as_protocol(HttpProtocol(self._router, _MAX_BODY, self._connections)),
             host,
             port,
             reuse_address=True,

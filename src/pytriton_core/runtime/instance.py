@@ -69,7 +69,8 @@ class ModelInstance:
     """Runs ``BackendInstance.execute`` in its own thread, one batch at a time.
 
     The event loop is woken once per finished batch (``on_batch_done`` is scheduled with
-    ``call_soon_threadsafe``), never once per request.
+    ``call_soon_threadsafe``), never once per request. An extension type (instance.pxd):
+    the model's claims and inline executions are C calls.
     """
 
     def __init__(

@@ -54,7 +54,7 @@ from pytriton_core.runtime import classification
 from pytriton_core.runtime.instance import ModelInstance
 from pytriton_core.runtime.response_stats import ResponseCounter
 from pytriton_core.runtime.services import ServerServices
-from pytriton_core.runtime.validation import validate_request
+from pytriton_core.runtime.validation import RequestRules
 from pytriton_core.runtime.warmup import warmup_samples
 from pytriton_core.scheduling import Requeued, Retained, create_scheduler
 from pytriton_core.scheduling.rate_limiter import InstanceSlot
@@ -76,11 +76,17 @@ class ModelState(enum.Enum):
     UNLOADING = "UNLOADING"
 
 
+_READY = ModelState.READY
+
+
 class Model:
     """One version of a model, loaded: what the front ends see and submit requests to.
 
     Built with its backend model on the loader's worker thread; ``start`` creates the
     instances, after which requests go to ``submit`` on the event loop ``loop``.
+
+    An extension type (model.pxd): what every request crosses here runs as C calls over
+    typed fields; ``EnsembleModel`` is a Python subclass.
     """
 
     def __init__(
@@ -96,6 +102,8 @@ class Model:
         """``services``: what the server shares among its models (the response cache, the
         rate limiter); none by default."""
         self.spec = spec
+        self._decoupled = spec.decoupled  # (read for every request)
+        self._rules = RequestRules(spec)  # what every request is checked against
         self.name = spec.name
         self.version = spec.version
         # The validated config, for the two places that render Triton's JSON of it (the
@@ -107,6 +115,9 @@ class Model:
         self.stats = stats if stats is not None else ModelStatistics()
         self._loop = loop
         self._backend_model = backend_model
+        # Whether the backend may say it cannot run requests now (``healthy``: it overrides
+        # the base's, as process mode does); else READY needs no question for each request.
+        self._asks_health = type(backend_model).healthy is not BackendModel.healthy
         self._scheduler = create_scheduler(spec, self._reject_threadsafe, model_dir)
         self._instances: list[ModelInstance] = []
         # instance index -> start of the execution last reported busy (hung or slow)
@@ -215,13 +226,17 @@ class Model:
     @property
     def state(self) -> ModelState:
         """READY only while the backend can run requests (see ``BackendModel.healthy``)."""
-        if self._state is ModelState.READY and not self._backend_model.healthy():
-            return ModelState.UNAVAILABLE
-        return self._state
+        return self._current_state()
 
     @state.setter
     def state(self, value: ModelState) -> None:
         self._state = value
+
+    def _current_state(self) -> ModelState:
+        # (a C call for ``submit``, which reads the state of every request)
+        if self._state is _READY and self._asks_health and not self._backend_model.healthy():
+            return ModelState.UNAVAILABLE
+        return self._state
 
     def _register_rate_limit(self, instance_spec: InstanceSpec) -> InstanceSlot | None:
         limiter = self._rate_limiter
@@ -241,7 +256,7 @@ class Model:
     def submit(self, request: InferenceRequest) -> None:
         """Validate and queue a request; its responses arrive through ``request.deliver``."""
         self._admit(request)
-        if self.spec.decoupled:
+        if self._decoupled:
             request.observer = ResponseCounter(self.stats, request.arrival_ns)
         # A stopped scheduler refuses even what the cache holds (Triton's dynamic batcher
         # checks its stop before the cache lookup).
@@ -463,13 +478,13 @@ class Model:
 
     def _admit(self, request: InferenceRequest) -> None:
         """Refuse a request the model cannot take now; start its queue time."""
-        if self.state is not ModelState.READY:
+        if self._current_state() is not _READY:
             raise UnavailableError(
                 f"Request for unknown model: '{self.name}' version {self.version} is not at "
                 "ready state"
             )
         # Triton counts no statistics for a request that fails validation.
-        validate_request(request, self.spec)
+        self._rules.check(request)
         if request.cancelled:  # its client went away before it got here
             raise CancelledError(CANCELLED_MESSAGE).with_request_id(request.id)
         request.loop = self._loop
@@ -685,7 +700,7 @@ class Model:
                 continue
             if self._cache is not None:
                 self._store_in_cache(request, response)
-            if stats.first_response is not None and not self.spec.decoupled:
+            if stats.first_response is not None and not self._decoupled:
                 stats.record_first_response(request.arrival_ns, end_ns)
             if response.error is None and request.requested_outputs is not None:
                 response = self._apply_classification(request, response)

@@ -83,6 +83,9 @@ class PeerReplication(Protocol):
 
 
 class InferenceService:
+    """The service (an extension type, inference_service.pxd: ``model``, ``submit`` and
+    ``infer`` run for every request)."""
+
     def __init__(
         self,
         options: ServerOptions,
@@ -95,6 +98,7 @@ class InferenceService:
         peers: PeerReplication | None = None,
     ) -> None:
         self.options = options
+        self._limits = options.limits  # (read for every request)
         # --workers N: whether every other worker is serving too (None: one process).
         self._peers_ready = peers_ready
         self._peers = peers
@@ -195,7 +199,7 @@ class InferenceService:
         ``request.trace`` is set: the caller stamps its own stages on it and calls ``finish``
         once the final response has left.
         """
-        check_tensor_limits(request, self.options.limits)
+        check_tensor_limits(request, self._limits)
         if request.trace is None:
             request.trace = self._tracer.sample(model.name)
         model.submit(request)
@@ -209,26 +213,24 @@ class InferenceService:
         """Submit a request expecting exactly one response; ``on_answer`` gets it (or the
         error that stands for it) once the request is done: before this returns when the
         request runs inline. The gRPC front end answers ModelInfer from it, with no task."""
-        request.on_response = _SingleAnswer(on_answer)
+        request.on_response = SingleAnswer(on_answer)
         self.submit(model, request)
 
     async def infer(self, model: Model, request: InferenceRequest) -> InferenceResponse:
         """Submit a request expecting exactly one response (HTTP /infer)."""
-        answer = _SingleAnswer()
+        answer = self.begin_infer(model, request)
+        if answer.value is not None:
+            return answer.value
+        return await answer.wait(request)
+
+    def begin_infer(self, model: Model, request: InferenceRequest) -> SingleAnswer:
+        """``infer`` without its coroutine: submit, and return the answer to come, whose
+        ``value`` is set already when the request ran within ``submit`` (inline), as most
+        do; else await its ``wait(request)``."""
+        answer = SingleAnswer()
         request.on_response = answer
         self.submit(model, request)
-        if answer.value is None:  # not answered within submit (it did not run inline)
-            # The model's loop, which runs this (``get_running_loop`` would cost a getpid
-            # system call per request).
-            loop = request.loop or asyncio.get_running_loop()
-            answer.future = loop.create_future()
-            try:
-                await answer.future
-            except asyncio.CancelledError:  # the caller went away (a gRPC cancel or deadline)
-                request.cancel()
-                raise
-        assert answer.value is not None
-        return answer.value
+        return answer
 
     # ---------------------------------------------------- model repository
 
@@ -456,33 +458,52 @@ class InferenceService:
         return self._shared_memory.output_target(output_name, ref)
 
 
-class _SingleAnswer:
+class SingleAnswer:
     """Collects a request's responses until its final one (``InferenceService.infer``).
 
     A request that runs inline is answered before ``submit`` returns: then no future is
     made and the handler never waits. With ``on_answer``, the answer is handed to it
-    instead of waited for."""
-
-    __slots__ = ("future", "on_answer", "responses", "value")
+    instead of waited for. (An extension type, inference_service.pxd.)"""
 
     def __init__(self, on_answer: Callable[[InferenceResponse], None] | None = None) -> None:
-        self.responses: list[InferenceResponse] = []
+        self.first: InferenceResponse | None = None  # the first response
+        self.count = 0  # responses received
         self.value: InferenceResponse | None = None
         self.future: asyncio.Future[None] | None = None
         self.on_answer = on_answer
 
     def __call__(self, response: InferenceResponse | None, final: bool) -> None:
         if response is not None:
-            self.responses.append(response)
+            self.count += 1
+            if self.first is None:
+                self.first = response
         if not final or self.value is not None:
             return
-        if len(self.responses) == 1:
-            self.value = self.responses[0]
-        else:
-            self.value = InferenceResponse.failed(
-                InternalError(f"expected a single response, got {len(self.responses)}")
+        value = self.first
+        if self.count != 1 or value is None:
+            value = InferenceResponse.failed(
+                InternalError(f"expected a single response, got {self.count}")
             )
+        self.value = value
         if self.on_answer is not None:
-            self.on_answer(self.value)
+            self.on_answer(value)
         elif self.future is not None and not self.future.done():
             self.future.set_result(None)
+
+    async def wait(self, request: InferenceRequest) -> InferenceResponse:
+        """The final response to ``request``, once it comes; a caller that goes away (a
+        gRPC cancel or deadline, the task cancelled) cancels the request. (The answer keeps
+        no reference to its request: the request holds the answer, and a cycle between the
+        two would leave every request to the garbage collector.)"""
+        if self.value is None:
+            # The model's loop, which runs this (``get_running_loop`` would cost a getpid
+            # system call per request).
+            loop = request.loop or asyncio.get_running_loop()
+            self.future = loop.create_future()
+            try:
+                await self.future
+            except asyncio.CancelledError:
+                request.cancel()
+                raise
+        assert self.value is not None
+        return self.value

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import Any
 
 from pytriton_core.inference.statistics import (
     BatchDurations,
@@ -78,25 +78,29 @@ _FIRST_RESPONSE = len(_LATENCY)
 _ALL_LATENCY = tuple(range(len(_LATENCY)))
 
 
-@dataclass(slots=True)
 class SharedStatistics(ModelStatistics):
     """A worker's ``ModelStatistics`` that publishes itself to its board slot."""
 
-    board: WorkerBoard | None = None
-    worker: int = 0
-    entry: int = -1
-    model_name: str = ""  # the board's key: the model's name, with its namespace if any
-    model_version: int = 0
-    load_stamp: int = 0  # the load these counters count from (see ``board``)
-    # batch size -> its position in the entry's batch table; response index -> its
-    # position in the response table
-    batch_positions: dict[int, int] = field(default_factory=dict)
-    response_positions: dict[int, int] = field(default_factory=dict)
-    overflow: set[str] = field(default_factory=set)  # what did not fit those tables
-    # With summary_latencies: the file of every worker's summary windows (``summaries``
-    # are then this worker's rings in it), and what this version's blocks there are named.
-    summary_board: SummaryBoard | None = None
-    summary_tag: tuple[bytes, int, int] = (b"", 0, 0)
+    def __init__(self, **counters: Any) -> None:
+        """``counters``: ``ModelStatistics``'s; the board's place is set once claimed."""
+        super().__init__(**counters)
+        self.board: WorkerBoard | None = None
+        self.worker = 0
+        self.entry = -1
+        # The board's key: the model's name, with its namespace if any.
+        self.model_name = ""
+        self.model_version = 0
+        self.load_stamp = 0  # the load these counters count from (see ``board``)
+        # batch size -> its position in the entry's batch table; response index -> its
+        # position in the response table
+        self.batch_positions: dict[int, int] = {}
+        self.response_positions: dict[int, int] = {}
+        self.overflow: set[str] = set()  # what did not fit those tables
+        # With summary_latencies: the file of every worker's summary windows
+        # (``summaries`` are then this worker's rings in it), and what this version's
+        # blocks there are named.
+        self.summary_board: SummaryBoard | None = None
+        self.summary_tag: tuple[bytes, int, int] = (b"", 0, 0)
 
     def scalars(self) -> tuple[int, ...]:
         values = list(_duration_values(self, _DURATIONS))

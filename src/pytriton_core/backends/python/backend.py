@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import json
 import logging
+import os
 import re
 import sys
 import sysconfig
@@ -39,6 +40,8 @@ from pytriton_core.backends.python.bls import BlsBridge, Caller, InstanceWaits
 from pytriton_core.backends.python.convert import from_pb_tensor, to_pb_tensor
 from pytriton_core.backends.python.model_imports import ModelImporter
 from pytriton_core.backends.python.model_loop import ModelLoop
+from pytriton_core.backends.python.pb_utils import request_from_server
+from pytriton_core.backends.python.pb_utils_tensor import tensor_from_server
 from pytriton_core.backends.python.process_env import ENV_PARAMETER, interpreter_for
 from pytriton_core.backends.python.process_instance import (
     MODE_PARAMETER,
@@ -325,6 +328,8 @@ class PythonInstance(BackendInstance):
         model.waits.register(self._key, spec.name)
         self._loop: ModelLoop | None = None
         self._batch_runner = model.batch_runner()
+        # How this instance's requests cross into pb_utils and its responses back.
+        self._conversions = _Conversions(model, self)
         # Entered around every call into the model; one per instance (one worker thread).
         self._running = _running_model(location)
         # ``_running`` and the server's bridge around ``execute``, in one block each: on
@@ -369,63 +374,17 @@ class PythonInstance(BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         if self._batch_runner is not None:
             return self._batch_runner.execute(requests, timing, self._execute_stacked)
-        # A lone request (the common case) without the comprehensions' calls.
-        lone = len(requests) == 1
-        if lone:
-            pb_requests = [self._to_pb_request(requests[0])]
+        batch = requests if type(requests) is list else list(requests)
+        conversions = self._conversions
+        # A lone request (the common case) without the comprehension.
+        if len(batch) == 1:
+            pb_requests = [_to_pb_request(conversions, batch[0])]
         else:
-            pb_requests = [self._to_pb_request(r) for r in requests]
+            pb_requests = [_to_pb_request(conversions, r) for r in batch]
         timing.mark_input_done()
-        result = self._call_execute(pb_requests, requests)
+        result = self._call_execute(pb_requests, batch)
         timing.mark_infer_done()
-        rescheduled = _rescheduled(pb_requests)
-        if rescheduled is None:  # none was (the common case): the short way
-            if result is not None and not self._model.decoupled:
-                for request in requests:  # none is to be rescheduled now
-                    if request.reschedule:
-                        request.reschedule = False
-                if type(result) is list and len(result) == len(requests):
-                    if lone:
-                        return [self._from_pb_response(result[0], requests[0])]
-                    return [
-                        self._from_pb_response(response, request)
-                        for response, request in zip(result, requests)  # noqa: B905
-                    ]
-            rescheduled = [False] * len(requests)
-        if self._model.decoupled:
-            if result is not None:
-                raise InternalError(
-                    f"Python model '{self._spec.name}' is using the decoupled mode and the "
-                    "execute function must return None."
-                )
-            _mark_rescheduled(requests, rescheduled)
-            return [None] * len(requests)
-        if result is None:
-            # Since Triton 24.06 a default-mode model may answer through its senders.
-            _mark_rescheduled(requests, rescheduled)
-            return [None] * len(requests)
-        if not isinstance(result, list):
-            raise InternalError(
-                f"Expected a list in the execute return, found type '{type(result).__name__}'."
-            )
-        if len(result) != len(requests):
-            raise InternalError(
-                "Number of InferenceResponse objects do not match the number of "
-                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
-                f"InferenceResponse(s) size is:{len(result)}\n"
-            )
-        for response, again in zip(result, rescheduled, strict=True):
-            if again and response is not None:
-                # Triton's wording, misspelling included.
-                raise InternalError(
-                    "Expected a None object in the execute function return list for "
-                    f"reschduled request, found type '{type(response).__name__}'."
-                )
-        _mark_rescheduled(requests, rescheduled)
-        return [
-            None if again else self._from_pb_response(response, request)
-            for response, request, again in zip(result, requests, rescheduled, strict=True)
-        ]
+        return _responses(conversions, self._spec.name, batch, pb_requests, result)
 
     def _call_execute(
         self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[InferenceRequest]
@@ -550,43 +509,17 @@ class PythonInstance(BackendInstance):
             self._loop.close()
         self._model.waits.unregister(self._key, self._spec.name)
 
-    def _to_pb_request(self, request: InferenceRequest) -> pb_utils.InferenceRequest:
-        model = self._model
-        if model.gpu_inputs:
-            inputs = [to_pb_tensor(t, True) for t in request.inputs.values()]
-        else:  # (``to_pb_tensor`` without a GPU: every input wrapped as it is, on the host)
-            from_server = pb_utils.Tensor._from_server
-            inputs = [from_server(t.name, t.data, t.datatype) for t in request.inputs.values()]
-        requested = request.requested_outputs  # (``request.output_names``, spelled out)
-        parameters = request.parameters
-        # A decoupled model's sender is made now, when its first response's work starts;
-        # a default-mode model's only if it asks for it (few do: no closure per request).
-        decoupled = model.decoupled
-        return pb_utils.InferenceRequest._from_server(
-            request_id=request.id,
-            correlation_id=request.correlation_id,
-            inputs=inputs,
-            requested_output_names=model._output_names if requested is None else list(requested),
-            parameters=dict(parameters) if parameters else {},
-            flags=request.flags,
-            timeout=request.timeout_us,
-            send_hook=self.send_hook(request) if decoupled else None,
-            responder=None if decoupled else self,
-            origin=request,
-            decoupled=decoupled,
-            trace=request.trace,
-        )
-
     def send_hook(self, request: InferenceRequest) -> pb_utils.SendHook:
         """What a model's ``get_response_sender()`` sends ``request``'s responses through
         (``pb_utils.Responder``)."""
         last_sent_ns = time.monotonic_ns()  # a response's work starts after the previous one
         sent = False
+        conversions = self._conversions
 
         def send(response: pb_utils.InferenceResponse | None, final: bool) -> None:
             nonlocal last_sent_ns, sent
             output_start_ns = time.monotonic_ns() if response is not None else 0
-            core = None if response is None else self._from_pb_response(response, request)
+            core = None if response is None else _from_pb_response(conversions, response, request)
             sent_ns = time.monotonic_ns()
             timing = ResponseTiming(last_sent_ns, output_start_ns, sent_ns)
             first = not sent
@@ -601,35 +534,148 @@ class PythonInstance(BackendInstance):
 
         return send
 
-    def _from_pb_response(self, response: Any, request: InferenceRequest) -> InferenceResponse:
-        if not isinstance(response, pb_utils.InferenceResponse):
-            return InferenceResponse.failed(
-                InternalError(
-                    f"Expected an InferenceResponse, found type '{type(response).__name__}'."
-                )
+
+class _Conversions:
+    """How an instance's requests cross into ``pb_utils`` and the model's responses back,
+    with what the crossing needs of the model read once (an extension type, backend.pxd:
+    every request goes through ``_to_pb_request`` and ``_from_pb_response``)."""
+
+    def __init__(self, model: PythonModel, responder: PythonInstance) -> None:
+        self.decoupled = model.decoupled
+        # "no" to FORCE_CPU_ONLY_INPUT_TENSORS: inputs in CUDA shared memory reach the
+        # model as GPU tensors (DLPack).
+        self.gpu_inputs = model.gpu_inputs
+        # What a request asks for when it names no outputs (the model's, in its order).
+        self.output_names = model._output_names
+        # What a response keeps when its request named no outputs (the common case).
+        self.all_outputs_kept = model.all_outputs_kept
+        # A sequence model's implicit-state outputs: kept for the sequence batcher.
+        self.state_outputs = model.state_outputs
+        self.staging = model._location.host_staging  # GPU outputs' host copies
+        # Makes a request's send hook (``pb_utils.Responder``): the instance.
+        self.responder = responder
+
+
+def _to_pb_request(
+    conversions: _Conversions, request: InferenceRequest
+) -> pb_utils.InferenceRequest:
+    """A server request as the model sees it; its tensors are shared, not copied."""
+    if conversions.gpu_inputs:
+        inputs = [to_pb_tensor(t, True) for t in request.inputs.values()]
+    else:  # (``to_pb_tensor`` without a GPU: every input wrapped as it is, on the host)
+        inputs = [tensor_from_server(t.name, t.data, t.datatype) for t in request.inputs.values()]
+    requested = request.requested_outputs  # (``request.output_names``, spelled out)
+    parameters = request.parameters
+    # A decoupled model's sender is made now, when its first response's work starts; a
+    # default-mode model's only if it asks for it (few do: no closure per request).
+    decoupled = conversions.decoupled
+    responder = conversions.responder
+    return request_from_server(
+        request.id,
+        request.correlation_id,
+        inputs,
+        conversions.output_names if requested is None else list(requested),
+        dict(parameters) if parameters else {},
+        request.flags,
+        request.timeout_us,
+        responder.send_hook(request) if decoupled else None,
+        None if decoupled else responder,
+        request,
+        decoupled,
+        request.trace,
+    )
+
+
+def _from_pb_response(
+    conversions: _Conversions, response: Any, request: InferenceRequest
+) -> InferenceResponse:
+    """A model's response as the server's: the outputs its request asked for (and a
+    sequence model's state), shared, not copied."""
+    if not isinstance(response, pb_utils.InferenceResponse):
+        return InferenceResponse.failed(
+            InternalError(f"Expected an InferenceResponse, found type '{type(response).__name__}'.")
+        )
+    answer: pb_utils.InferenceResponse = response
+    error = answer._error
+    parameters = dict(answer._parameters) if answer._parameters else {}
+    if error is not None:
+        return InferenceResponse(
+            parameters=parameters, error=_server_error(error.code(), error.message())
+        )
+    requested = request.requested_outputs
+    kept: Collection[str]
+    if requested is None:
+        kept = conversions.all_outputs_kept
+    elif conversions.state_outputs:
+        kept = {*requested, *conversions.state_outputs}
+    else:
+        kept = requested  # (its keys: no set made per request)
+    staging = conversions.staging
+    outputs = []
+    for tensor in answer._output_tensors:
+        if tensor._name in kept:
+            outputs.append(from_pb_tensor(tensor, staging))
+    return InferenceResponse(outputs, parameters)
+
+
+def _responses(
+    conversions: _Conversions,
+    model_name: str,
+    requests: list[InferenceRequest],
+    pb_requests: list[pb_utils.InferenceRequest],
+    result: Any,
+) -> list[InferenceResponse | None]:
+    """What ``execute`` returned, as one response (or None) per request; the requests the
+    model released with RELEASE_RESCHEDULE are marked for the scheduler."""
+    count = len(requests)
+    rescheduled = _rescheduled(pb_requests)
+    if rescheduled is None:  # none was (the common case): the short way
+        if result is not None and not conversions.decoupled:
+            for request in requests:  # none is to be rescheduled now
+                if request.reschedule:
+                    request.reschedule = False
+            if type(result) is list and len(result) == count:
+                if count == 1:
+                    return [_from_pb_response(conversions, result[0], requests[0])]
+                return [
+                    _from_pb_response(conversions, response, request)
+                    for response, request in zip(result, requests)  # noqa: B905
+                ]
+        rescheduled = [False] * count
+    if conversions.decoupled:
+        if result is not None:
+            raise InternalError(
+                f"Python model '{model_name}' is using the decoupled mode and the "
+                "execute function must return None."
             )
-        error = response._error
-        parameters = dict(response._parameters) if response._parameters else {}
-        if error is not None:
-            return InferenceResponse(
-                parameters=parameters, error=_server_error(error.code(), error.message())
+        _mark_rescheduled(requests, rescheduled)
+        return [None] * count
+    if result is None:
+        # Since Triton 24.06 a default-mode model may answer through its senders.
+        _mark_rescheduled(requests, rescheduled)
+        return [None] * count
+    if not isinstance(result, list):
+        raise InternalError(
+            f"Expected a list in the execute return, found type '{type(result).__name__}'."
+        )
+    if len(result) != count:
+        raise InternalError(
+            "Number of InferenceResponse objects do not match the number of "
+            f"InferenceRequest objects. InferenceRequest(s) size is:{count}, and "
+            f"InferenceResponse(s) size is:{len(result)}\n"
+        )
+    for response, again in zip(result, rescheduled, strict=True):
+        if again and response is not None:
+            # Triton's wording, misspelling included.
+            raise InternalError(
+                "Expected a None object in the execute function return list for "
+                f"reschduled request, found type '{type(response).__name__}'."
             )
-        model = self._model
-        requested = request.requested_outputs
-        kept: Collection[str]
-        if requested is None:
-            kept = model.all_outputs_kept
-        elif model.state_outputs:
-            kept = {*requested, *model.state_outputs}
-        else:
-            kept = requested  # (its keys: no set made per request)
-        staging = self._staging
-        outputs = [
-            from_pb_tensor(tensor, staging)
-            for tensor in response._output_tensors
-            if tensor._name in kept
-        ]
-        return InferenceResponse(outputs=outputs, parameters=parameters)
+    _mark_rescheduled(requests, rescheduled)
+    return [
+        None if again else _from_pb_response(conversions, response, request)
+        for response, request, again in zip(result, requests, rescheduled, strict=True)
+    ]
 
 
 class _AllCancelled:
@@ -645,14 +691,14 @@ class _AllCancelled:
         return all(r.cancelled for r in self._requests)
 
 
+_RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+
+
 def _rescheduled(pb_requests: list[pb_utils.InferenceRequest]) -> list[bool] | None:
     """Which requests the model released with RELEASE_RESCHEDULE; None when none was."""
     for request in pb_requests:
-        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            return [
-                r._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-                for r in pb_requests
-            ]
+        if request._release_flags == _RESCHEDULE:
+            return [r._release_flags == _RESCHEDULE for r in pb_requests]
     return None
 
 
@@ -675,6 +721,7 @@ def _model_frames(exc: BaseException) -> str:
         frame
         for frame in traceback.extract_tb(exc.__traceback__)
         if not frame.filename.startswith(_NOT_MODEL_CODE)
+        and not (_COMPILED_HERE in frame.filename and not os.path.isabs(frame.filename))
     ]
     if not frames:
         return ""
@@ -682,6 +729,9 @@ def _model_frames(exc: BaseException) -> str:
     return "\n\nAt:\n" + lines
 
 
+# A module of this folder compiled from its .py (csrc/compiled_modules.txt) names its
+# frames by its source as the build gave it: a relative path, src/pytriton_core/...
+_COMPILED_HERE = "pytriton_core/backends/python/"
 _NOT_MODEL_CODE = (
     str(Path(__file__).parent) + "/",
     sysconfig.get_paths()["stdlib"] + "/",

@@ -6,6 +6,7 @@ Host arrays are shared as they are; GPU tensors cross as DLPack exports of the s
 from __future__ import annotations
 
 from pytriton_core.backends.python import pb_utils
+from pytriton_core.backends.python.pb_utils_tensor import tensor_from_server
 from pytriton_core.inference.tensor import DeviceTensor, Tensor
 from pytriton_core.memory.pinned import StagingPool
 
@@ -19,7 +20,7 @@ def to_pb_tensor(tensor: Tensor, gpu: bool) -> pb_utils.Tensor:
         and tensor.datatype.wire_name != "BF16"  # DLPack through cupy has no bfloat16
     ):
         return pb_utils.Tensor.from_dlpack(tensor.name, tensor.device)
-    return pb_utils.Tensor._from_server(tensor.name, tensor.data, tensor.datatype)
+    return tensor_from_server(tensor.name, tensor.data, tensor.datatype)
 
 
 def from_pb_tensor(tensor: pb_utils.Tensor, staging: StagingPool | None) -> Tensor:

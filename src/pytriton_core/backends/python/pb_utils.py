@@ -12,14 +12,16 @@ the sender and the BLS calls.
 
 Server-facing hooks (private names; the backend and the server drive these, models don't):
 
-* ``Tensor._from_server(name, array, datatype) -> Tensor``: wraps a CPU array
-  without copying or checking (BYTES: an object array; BF16: any 2-byte dtype, viewed as
-  ``ml_dtypes.bfloat16``). ``tensor._server_array()`` gives the array back (BF16 as
-  bfloat16, no ``as_numpy`` refusal); the server reads ``tensor._name``, ``_datatype``
-  and ``_array`` (the host array; None: GPU memory) directly.
-* ``InferenceRequest._from_server(*, request_id, correlation_id, inputs,
+* ``Tensor._from_server(name, array, datatype) -> Tensor`` (the function
+  ``pb_utils_tensor.tensor_from_server``): wraps a CPU array without copying or checking
+  (BYTES: an object array; BF16: any 2-byte dtype, viewed as ``ml_dtypes.bfloat16``).
+  ``tensor._server_array()`` gives the array back (BF16 as bfloat16, no ``as_numpy``
+  refusal); the server reads ``tensor._name``, ``_datatype`` and ``_array`` (the host
+  array; None: GPU memory) directly.
+* ``InferenceRequest._from_server(request_id, correlation_id, inputs,
   requested_output_names, parameters, flags, timeout, send_hook=None, responder=None,
-  origin=None, decoupled=True, trace=None) -> InferenceRequest``; ``trace``: the server's
+  origin=None, decoupled=True, trace=None) -> InferenceRequest`` (the function
+  ``request_from_server``); ``trace``: the server's
   trace of the request (``request.trace()._server``), which a BLS request given it traces
   as a child. ``origin``: what ``is_cancelled()`` reads (its ``cancelled``; None: never
   cancelled), the server's request. ``send_hook(response, final)`` receives each response
@@ -253,9 +255,8 @@ def _validated_tensors(tensors: Sequence[Any], what: str) -> list[Tensor]:
 
 
 class InferenceResponse:
-    """A response: output tensors, or an error, plus optional response parameters."""
-
-    __slots__ = ("_error", "_output_tensors", "_parameters")
+    """A response: output tensors, or an error, plus optional response parameters (an
+    extension type, pb_utils.pxd)."""
 
     _error: TritonError | None
     _output_tensors: list[Tensor]
@@ -291,7 +292,7 @@ class InferenceResponse:
         error: TritonError | None = None,
         parameters: dict[str, Any] | None = None,
     ) -> InferenceResponse:
-        response = cls.__new__(cls)
+        response: InferenceResponse = cls.__new__(cls)
         response._output_tensors = output_tensors
         response._error = error
         response._parameters = parameters or {}
@@ -423,28 +424,46 @@ class ResponseIterator:
 # --------------------------------------------------------------------------- requests
 
 
-class InferenceRequest:
-    """A request: delivered to ``execute`` by the server, or built by a model for BLS."""
+def request_from_server(
+    request_id: str,
+    correlation_id: int | str,
+    inputs: list[Tensor],
+    requested_output_names: list[str],
+    parameters: dict[str, Any],
+    flags: int,
+    timeout: int,
+    send_hook: SendHook | None = None,
+    responder: Responder | None = None,
+    origin: Cancellable | None = None,
+    decoupled: bool = True,
+    trace: Any = None,
+) -> InferenceRequest:
+    """``InferenceRequest._from_server`` (the server's hook, see the module docstring), a
+    function the compiled backend calls directly."""
+    request = InferenceRequest.__new__(InferenceRequest)
+    request._request_id = request_id
+    request._correlation_id = correlation_id
+    request._inputs = inputs
+    request._requested_output_names = requested_output_names
+    request._model_name = ""
+    request._model_version = -1
+    request._flags = flags
+    request._timeout = timeout
+    request._preferred_memory = _NO_PREFERENCE
+    request._trace = InferenceTrace._of(trace) if trace is not None else _UNTRACED
+    request._parameters = parameters
+    request._send_hook = send_hook
+    request._responder = responder
+    request._decoupled = decoupled
+    request._origin = origin
+    request._sender = None
+    request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+    return request
 
-    __slots__ = (
-        "_correlation_id",
-        "_decoupled",
-        "_flags",
-        "_inputs",
-        "_model_name",
-        "_model_version",
-        "_origin",
-        "_parameters",
-        "_preferred_memory",
-        "_release_flags",
-        "_request_id",
-        "_requested_output_names",
-        "_responder",
-        "_send_hook",
-        "_sender",
-        "_timeout",
-        "_trace",
-    )
+
+class InferenceRequest:
+    """A request: delivered to ``execute`` by the server, or built by a model for BLS (an
+    extension type, pb_utils.pxd)."""
 
     _correlation_id: int | str
     _decoupled: bool
@@ -520,42 +539,7 @@ class InferenceRequest:
         self._sender = None
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
-    @classmethod
-    def _from_server(
-        cls,
-        *,
-        request_id: str,
-        correlation_id: int | str,
-        inputs: list[Tensor],
-        requested_output_names: list[str],
-        parameters: dict[str, Any],
-        flags: int,
-        timeout: int,
-        send_hook: SendHook | None = None,
-        responder: Responder | None = None,
-        origin: Cancellable | None = None,
-        decoupled: bool = True,
-        trace: Any = None,
-    ) -> InferenceRequest:
-        request = cls.__new__(cls)
-        request._request_id = request_id
-        request._correlation_id = correlation_id
-        request._inputs = inputs
-        request._requested_output_names = requested_output_names
-        request._model_name = ""
-        request._model_version = -1
-        request._flags = flags
-        request._timeout = timeout
-        request._preferred_memory = _NO_PREFERENCE
-        request._trace = InferenceTrace._of(trace) if trace is not None else _UNTRACED
-        request._parameters = parameters
-        request._send_hook = send_hook
-        request._responder = responder
-        request._decoupled = decoupled
-        request._origin = origin
-        request._sender = None
-        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-        return request
+    _from_server = staticmethod(request_from_server)
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

@@ -2,15 +2,15 @@
 
 Values live in the :class:`~pytriton_core.backends.custom_metrics.MetricRegistry` of the
 server running the model: a family binds to the registry of the context it is created in,
-which the Python backend sets around the model's code (``metric_registry_context``). A
-family created elsewhere (a thread the model started itself) is refused with a message.
+which the Python backend sets around the model's code (``metric_registry_context``, or with
+the rest of the model's scope, ``pb_utils_context``). A family created elsewhere (a thread
+the model started itself) is refused with a message.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
-import contextvars
 import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,6 +25,7 @@ from pytriton_core.backends.custom_metrics import (
     MetricSample,
     Series,
 )
+from pytriton_core.backends.python import pb_utils_context
 from pytriton_core.backends.python.pb_utils_errors import TritonModelException
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "MetricKind",
     "MetricRegistry",
     "MetricSample",
-    "active_registry",
     "metric_registry",
     "metric_registry_context",
     "set_metric_registry",
@@ -45,34 +45,31 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
 
 # The registry of the server whose model code runs in this context: the Python backend sets
-# it around a model's import, initialize, execute and finalize (``metric_registry_context``),
-# so that two servers in one process keep their families apart.
-active_registry: contextvars.ContextVar[MetricRegistry | None] = contextvars.ContextVar(
-    "pytriton_core_metric_registry", default=None
-)
+# it around a model's import, initialize, execute and finalize, so that two servers in one
+# process keep their families apart.
 
 
 def metric_registry() -> MetricRegistry | None:
     """The registry that families created in this context go to (None outside model code)."""
-    return active_registry.get()
+    return pb_utils_context.CURRENT.get().metrics
 
 
 def set_metric_registry(registry: MetricRegistry | None) -> MetricRegistry | None:
     """Make ``registry`` hold the families created from now on in this context (a thread's
     own, or an asyncio task's); returns the previous one."""
-    previous = active_registry.get()
-    active_registry.set(registry)
+    previous = pb_utils_context.CURRENT.get().metrics
+    pb_utils_context.set_part(metrics=registry)
     return previous
 
 
 @contextlib.contextmanager
 def metric_registry_context(registry: MetricRegistry | None) -> Iterator[None]:
     """Families created inside the block go to ``registry`` (the backends' server hook)."""
-    token = active_registry.set(registry)
+    token = pb_utils_context.set_part(metrics=registry)
     try:
         yield
     finally:
-        active_registry.reset(token)
+        pb_utils_context.CURRENT.reset(token)
 
 
 class MetricFamily:
@@ -93,7 +90,7 @@ class MetricFamily:
             metric_kind = MetricKind(kind)
         except ValueError:
             raise TritonModelException(f"Unknown metric kind {kind!r}") from None
-        registry = active_registry.get()
+        registry = pb_utils_context.CURRENT.get().metrics
         if registry is None:
             raise TritonModelException(
                 f"Error when creating MetricFamily '{name}': custom metrics can be created "

@@ -2,9 +2,10 @@
 bridge, and the model's own folder (``pb_utils`` re-exports all but ``require_bls``, which
 its BLS calls use).
 
-The server installs both per call, as context variables, so that each model sees the bridge
-and folder of the server running it (see ``pb_utils``'s docstring: ``server_context``,
-``model_dir_context``, ``ModelContext``).
+The server installs both per call, in the model's scope (one context variable,
+``pb_utils_context``), so that each model sees the bridge and folder of the server running
+it (see ``pb_utils``'s docstring: ``server_context``, ``model_dir_context``,
+``ModelContext``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Awaitable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from pytriton_core.backends.python.pb_utils_context import CURRENT, ModelScope, set_part
 from pytriton_core.backends.python.pb_utils_errors import TritonModelException
-from pytriton_core.backends.python.pb_utils_metrics import MetricRegistry, active_registry
 
 if TYPE_CHECKING:
+    from pytriton_core.backends.custom_metrics import MetricRegistry
     from pytriton_core.backends.python.pb_utils import InferenceRequest, InferenceResponse
 
 __all__ = [
@@ -59,26 +61,23 @@ class ServerBridge(Protocol):
 
 _EXECUTE = "execute"
 _INITIALIZE = "initialize"
-_server: contextvars.ContextVar[tuple[ServerBridge, str] | None] = contextvars.ContextVar(
-    "pytriton_core_server", default=None
-)
 
 
 class _ServerScope:
-    """``server_context``'s block (a plain class: it wraps every ``execute``)."""
+    """``server_context``'s block."""
 
     __slots__ = ("_token", "_value")
 
     def __init__(self, value: tuple[ServerBridge, str] | None) -> None:
         self._value = value
-        self._token: contextvars.Token[tuple[ServerBridge, str] | None] | None = None
+        self._token: contextvars.Token[ModelScope] | None = None
 
     def __enter__(self) -> None:
-        self._token = _server.set(self._value)
+        self._token = set_part(server=self._value)
 
     def __exit__(self, *exc: object) -> None:
         assert self._token is not None
-        _server.reset(self._token)
+        CURRENT.reset(self._token)
 
 
 def server_context(bridge: ServerBridge | None, phase: str) -> _ServerScope:
@@ -87,14 +86,14 @@ def server_context(bridge: ServerBridge | None, phase: str) -> _ServerScope:
 
 
 def require_bls() -> ServerBridge:
-    current = _server.get()
+    current = CURRENT.get().server
     if current is None or current[1] != _EXECUTE:
         raise TritonModelException("BLS is only supported during the 'execute' function.")
     return current[0]
 
 
 def _require_bridge(what: str) -> ServerBridge:
-    current = _server.get()
+    current = CURRENT.get().server
     if current is None or current[1] not in (_EXECUTE, _INITIALIZE):
         raise TritonModelException(
             f"{what} is only supported during the 'initialize' and 'execute' functions"
@@ -150,19 +149,14 @@ def _reraised(prefix: str) -> Iterator[None]:
         raise TritonModelException(f"{prefix}: {exc}") from exc
 
 
-_model_dir: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "pytriton_core_model_dir", default=None
-)
-
-
 @contextlib.contextmanager
 def model_dir_context(path: str) -> Iterator[None]:
     """Make ``get_model_dir()`` return ``path`` inside the block (server hook)."""
-    token = _model_dir.set(path)
+    token = set_part(model_dir=path)
     try:
         yield
     finally:
-        _model_dir.reset(token)
+        CURRENT.reset(token)
 
 
 class ModelContext:
@@ -176,15 +170,13 @@ class ModelContext:
     def __init__(self, path: str, metrics: MetricRegistry | None) -> None:
         self._path = path
         self._metrics = metrics
-        self._tokens: list[tuple[contextvars.Token[str | None], Any]] = []
+        self._tokens: list[contextvars.Token[ModelScope]] = []
 
     def __enter__(self) -> None:
-        self._tokens.append((_model_dir.set(self._path), active_registry.set(self._metrics)))
+        self._tokens.append(set_part(model_dir=self._path, metrics=self._metrics))
 
     def __exit__(self, *exc_info: object) -> None:
-        path_token, metrics_token = self._tokens.pop()
-        active_registry.reset(metrics_token)
-        _model_dir.reset(path_token)
+        CURRENT.reset(self._tokens.pop())
 
     def executing(self, bridge: ServerBridge | None) -> ExecuteScope:
         """This context and ``server_context(bridge, "execute")`` as one block."""
@@ -193,41 +185,32 @@ class ModelContext:
 
 class ExecuteScope:
     """``ModelContext`` and ``server_context(bridge, "execute")`` in one block: made once
-    per instance and bridge, entered around every ``execute`` (one block instead of two,
-    and no object made per execution). Not re-entrant: an instance executes one batch at a
-    time, and a second entry while one is open is refused."""
-
-    __slots__ = ("_metrics", "_path", "_server", "_tokens")
+    per instance and bridge, entered around every ``execute``: one ``set`` of a scope made
+    here, and one ``reset`` (an extension type, pb_utils_server.pxd). Not re-entrant: an
+    instance executes one batch at a time, and a second entry while one is open is
+    refused."""
 
     def __init__(
         self, path: str, metrics: MetricRegistry | None, bridge: ServerBridge | None
     ) -> None:
-        self._path = path
-        self._metrics = metrics
-        self._server = None if bridge is None else (bridge, _EXECUTE)
-        self._tokens: tuple[Any, Any, Any] | None = None
+        self._scope = ModelScope(path, metrics, None if bridge is None else (bridge, _EXECUTE))
+        self._token: contextvars.Token[ModelScope] | None = None
 
     def __enter__(self) -> None:
-        if self._tokens is not None:
+        if self._token is not None:
             raise RuntimeError("an instance's execute scope entered twice")
-        self._tokens = (
-            _model_dir.set(self._path),
-            active_registry.set(self._metrics),
-            _server.set(self._server),
-        )
+        self._token = CURRENT.set(self._scope)
 
     def __exit__(self, *exc_info: object) -> None:
-        tokens = self._tokens
-        assert tokens is not None
-        self._tokens = None
-        _server.reset(tokens[2])
-        active_registry.reset(tokens[1])
-        _model_dir.reset(tokens[0])
+        token = self._token
+        assert token is not None
+        self._token = None
+        CURRENT.reset(token)
 
 
 def get_model_dir() -> str:
     """The directory of the running model (``<repository>/<model>``)."""
-    path = _model_dir.get()
+    path = CURRENT.get().model_dir
     if path is None:
         raise TritonModelException(
             "get_model_dir() is only available while the server runs a model's "

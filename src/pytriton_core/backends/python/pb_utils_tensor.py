@@ -272,10 +272,26 @@ class _ExternalDLPack:
         return capsule
 
 
-class Tensor:
-    """A named tensor: numpy-backed on the CPU, or a DLPack producer on a GPU."""
+def tensor_from_server(name: str, array: npt.NDArray[Any], datatype: types.DataType) -> Tensor:
+    """``Tensor._from_server`` (the server's hook, see ``pb_utils``), a function the compiled
+    backend calls directly: a CPU array wrapped without a copy or a check."""
+    # (numpy's dtypes of the builtin types are singletons: ``is`` settles most cases)
+    if (
+        array.dtype is not datatype.numpy_dtype
+        and not datatype.is_bytes
+        and array.dtype != datatype.numpy_dtype
+    ):
+        array = array.view(datatype.numpy_dtype)
+    tensor = Tensor.__new__(Tensor)
+    tensor._set_cpu(name, datatype, array, True)
+    return tensor
 
-    __slots__ = ("_array", "_datatype", "_device", "_external", "_name", "_server_input", "_shape")
+
+class Tensor:
+    """A named tensor: numpy-backed on the CPU, or a DLPack producer on a GPU.
+
+    An extension type (pb_utils_tensor.pxd): every request's inputs and outputs are made
+    and read as C fields, by the compiled backend and by model code alike."""
 
     _array: npt.NDArray[Any] | None
     _datatype: types.DataType
@@ -297,43 +313,26 @@ class Tensor:
             raise TritonModelException(f"numpy dtype {array.dtype} has no Triton datatype")
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
-        # ``_set_cpu``'s stores, spelled out: every output a model makes passes here.
+        self._set_cpu(name, datatype, array)
+
+    def _set_cpu(
+        self,
+        name: str,
+        datatype: types.DataType,
+        array: npt.NDArray[Any],
+        server_input: bool = False,
+    ) -> None:
+        """A CPU tensor; ``server_input``: a request's input, copied on its first
+        ``as_numpy`` if it is read-only (see ``as_numpy``)."""
         self._name = name
         self._datatype = datatype
         self._array = array
         self._shape = array.shape
         self._device = _ON_CPU
         self._external = None
-        self._server_input = False
+        self._server_input = server_input
 
-    def _set_cpu(self, name: str, datatype: types.DataType, array: npt.NDArray[Any]) -> None:
-        self._name = name
-        self._datatype = datatype
-        self._array = array
-        self._shape = array.shape
-        self._device = _ON_CPU
-        self._external = None
-        self._server_input = False
-
-    @classmethod
-    def _from_server(cls, name: str, array: npt.NDArray[Any], datatype: types.DataType) -> Tensor:
-        # (numpy's dtypes of the builtin types are singletons: ``is`` settles most cases)
-        if (
-            array.dtype is not datatype.numpy_dtype
-            and not datatype.is_bytes
-            and array.dtype != datatype.numpy_dtype
-        ):
-            array = array.view(datatype.numpy_dtype)
-        # ``_set_cpu``'s stores, spelled out: every input of every request passes here.
-        tensor = cls.__new__(cls)
-        tensor._name = name
-        tensor._datatype = datatype
-        tensor._array = array
-        tensor._shape = array.shape
-        tensor._device = _ON_CPU
-        tensor._external = None
-        tensor._server_input = True
-        return tensor
+    _from_server = staticmethod(tensor_from_server)
 
     @staticmethod
     def from_dlpack(name: str, tensor: Any) -> Tensor:

@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +43,23 @@ from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 HEARTBEAT_INTERVAL_S = 0.2
 
 
-@dataclass(eq=False, slots=True)  # slots, as its base: else the base's unset fields are missing
 class _WorkerRequest(InferenceRequest):
     """A request whose responses sent from model code go back to the server."""
 
-    key: int = 0
-    writer: ResponseWriter | None = field(default=None, repr=False)
-    live: dict[int, _WorkerRequest] | None = field(default=None, repr=False)
+    __slots__ = ("key", "live", "writer")
+
+    def __init__(
+        self,
+        *,
+        key: int = 0,
+        writer: ResponseWriter | None = None,
+        live: dict[int, _WorkerRequest] | None = None,
+        **fields: Any,
+    ) -> None:
+        super().__init__(**fields)
+        self.key = key
+        self.writer = writer
+        self.live = live
 
     def send_threadsafe(
         self,

@@ -1,10 +1,10 @@
-"""One request being answered on an HTTP connection, as its handler sees it: whether the
-client is still there to read the answer.
+"""One request being answered on an HTTP connection, as its handler sees it: when it arrived,
+and whether the client is still there to read the answer.
 
-The protocol sets ``CURRENT_EXCHANGE`` for each request's task (as it sets ``RECEIVED``), so
-a handler whose work can be given up (an inference) registers what to do when the client
-goes away, without the connection being threaded through every signature. Handlers that
-must finish whatever happens (a model load) register nothing.
+The protocol sets ``CURRENT_EXCHANGE`` for each request's task, so a handler whose work can
+be given up (an inference) registers what to do when the client goes away, and a traced
+one reads when its request arrived, without the connection being threaded through every
+signature. Handlers that must finish whatever happens (a model load) register nothing.
 """
 
 from __future__ import annotations
@@ -14,11 +14,15 @@ from contextvars import ContextVar
 
 
 class Exchange:
-    __slots__ = ("_hooks", "client_gone")
+    """An extension type (exchange.pxd): the protocol makes one per request."""
 
-    def __init__(self) -> None:
-        self._hooks: list[Callable[[], None]] = []
+    def __init__(self, received_start_ns: int = 0, received_end_ns: int = 0) -> None:
+        self._hooks: list[Callable[[], None]] | None = None
         self.client_gone = False
+        # When the request's first bytes and its last bytes arrived (monotonic ns); 0 for
+        # an exchange outside a connection.
+        self.received_start_ns = received_start_ns
+        self.received_end_ns = received_end_ns
 
     @property
     def watched(self) -> bool:
@@ -30,6 +34,8 @@ class Exchange:
         written; at once if it already has."""
         if self.client_gone:
             hook()
+        elif self._hooks is None:
+            self._hooks = [hook]
         else:
             self._hooks.append(hook)
 
@@ -38,13 +44,13 @@ class Exchange:
         if self.client_gone:
             return
         self.client_gone = True
-        hooks, self._hooks = self._hooks, []
-        for hook in hooks:
+        hooks, self._hooks = self._hooks, None
+        for hook in hooks or ():
             hook()
 
     def finish(self) -> None:
         """The answer is written: nothing is left to give up."""
-        self._hooks = []
+        self._hooks = None
 
 
 # Outside a connection (a handler called directly) the exchange is one nobody closes.

@@ -11,28 +11,19 @@ import binascii
 
 from pytriton_core.config import config_to_json_dict
 from pytriton_core.errors import InternalError, InvalidArgumentError, UnsupportedError
-from pytriton_core.frontends.http import compression
-from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE
 from pytriton_core.frontends.http.generate import add_generate_routes
-from pytriton_core.frontends.http.infer_codec import decode_infer_request, encode_infer_response
-from pytriton_core.frontends.http.infer_stream import (
-    STREAM_PARAMETERS,
-    stream_infer,
-    wants_event_stream,
-)
+from pytriton_core.frontends.http.infer_handler import InferHandler
 from pytriton_core.frontends.http.json_body import parse_json
 from pytriton_core.frontends.http.messages import (
     EMPTY_OK,
     HttpResponse,
-    error_response,
     json_response,
     plain_error,
 )
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.frontends.http.settings_handlers import add_settings_routes
 from pytriton_core.frontends.http.shm_handlers import add_shared_memory_routes
-from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
-from pytriton_core.inference.header_forwarding import compile_pattern, forward_headers
+from pytriton_core.inference.header_forwarding import compile_pattern
 from pytriton_core.options import ApiCategory, LimitOptions
 from pytriton_core.repository.overrides import FILE_PREFIX
 from pytriton_core.service import InferenceService
@@ -71,61 +62,6 @@ def build_router(service: InferenceService) -> Router:
 
     async def model_stats(request: Request, match: RouteMatch) -> HttpResponse:
         return json_response(service.statistics(match.get("model"), match.get("version")))
-
-    async def infer(request: Request, match: RouteMatch) -> HttpResponse:
-        params = match.params
-        model = service.model(params["model"] or "", params["version"])
-        request_headers = request.headers
-        # Most clients send no Accept: no media types to read.
-        event_stream = "accept" in request_headers and wants_event_stream(request)
-        if model.spec.decoupled and not event_stream:
-            raise UnsupportedError(
-                "HTTP end point doesn't support models with decoupled transaction policy"
-            )
-        body = request.body
-        content_encoding = request_headers.get("content-encoding")
-        if content_encoding is not None:
-            try:
-                body = await compression.decode_body(
-                    body, content_encoding, service.options.http_max_input_size
-                )
-            except compression.UnsupportedEncodingError as exc:
-                refusal = error_response(exc)
-                refusal.headers.append((b"Accept-Encoding", exc.accepted))
-                return refusal
-        header_length = (
-            _header_length(request, len(body))
-            if "inference-header-content-length" in request_headers
-            else None
-        )
-        reserved = STREAM_PARAMETERS if event_stream else ()
-        decoded = decode_infer_request(model, body, header_length, service, reserved)
-        if forwarded is not None:
-            headers = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
-            forward_headers(decoded.request, headers, forwarded)
-        if event_stream:
-            return await stream_infer(service, model, decoded)
-        exchange = CURRENT_EXCHANGE.get()
-        if exchange is not None:  # None: called outside a connection, nobody to leave
-            exchange.on_client_gone(decoded.request.cancel)
-        response = await service.infer(model, decoded.request)
-        trace = decoded.request.trace
-        if trace is not None:
-            stamp_received(trace)
-        try:
-            if response.error is not None:
-                raise response.error
-            http_response = encode_infer_response(model, decoded, response)
-            accept_encoding = request_headers.get("accept-encoding")
-            if accept_encoding:
-                http_response = await compression.encode_response(http_response, accept_encoding)
-        except BaseException:
-            if trace is not None:
-                trace.finish()
-            raise
-        if trace is not None:
-            http_response.on_sent = finish_when_sent(trace)
-        return http_response
 
     async def repository_index(request: Request, match: RouteMatch) -> HttpResponse:
         _reject_named_repository(match)
@@ -179,7 +115,7 @@ def build_router(service: InferenceService) -> Router:
     router.add(_MODEL + r"/ready", ApiCategory.HEALTH, GET=model_ready)
     router.add(_MODEL + r"/config", ApiCategory.MODEL_CONFIG, GET=model_config)
     router.add(_MODEL + r"/stats", ApiCategory.STATISTICS, GET=model_stats)
-    router.add(_MODEL + r"/infer", ApiCategory.INFERENCE, POST=infer)
+    router.add(_MODEL + r"/infer", ApiCategory.INFERENCE, POST=InferHandler(service, forwarded))
     add_generate_routes(router, service, _MODEL)
     router.add(_REPOSITORY + r"/index", ApiCategory.MODEL_REPOSITORY, POST=repository_index)
     router.add(
@@ -224,20 +160,3 @@ def _body_parameters(request: Request, limits: LimitOptions) -> dict[str, object
     if not isinstance(parameters, dict):
         raise InvalidArgumentError("'parameters' must be a JSON object")
     return parameters
-
-
-def _header_length(request: Request, body_length: int) -> int | None:
-    raw = request.headers.get("inference-header-content-length")
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"Unable to parse Inference-Header-Content-Length, got: {raw}"
-        ) from None
-    if value < 0 or value > body_length:
-        raise InvalidArgumentError(
-            f"inference header size should be in range (0, {body_length}), got: {value}"
-        )
-    return value

@@ -9,7 +9,6 @@ carries only their name, datatype and shape.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,16 +49,26 @@ OCTET_STREAM = b"application/octet-stream"
 _DATA_SOURCES = ("data", "binary_data_size", REGION)
 
 
-@dataclass(slots=True)
 class DecodedInfer:
-    request: InferenceRequest
-    # Output name -> True for binary; outputs the client did not name use the default.
-    binary_outputs: dict[str, bool] = field(default_factory=dict)
-    binary_by_default: bool = False
-    # Output name -> where it goes, for outputs requested in shared memory.
-    shm_outputs: dict[str, ShmOutput] = field(default_factory=dict)
-    # The ``triton_`` request parameters the caller allowed, as sent.
-    reserved: dict[str, Any] = field(default_factory=dict)
+    """An infer body, decoded: the core request and how its answer is to be written (an
+    extension type, infer_codec.pxd)."""
+
+    def __init__(
+        self,
+        request: InferenceRequest,
+        binary_outputs: dict[str, bool] | None = None,
+        binary_by_default: bool = False,
+        shm_outputs: dict[str, ShmOutput] | None = None,
+        reserved: dict[str, Any] | None = None,
+    ) -> None:
+        self.request = request
+        # Output name -> True for binary; outputs the client did not name use the default.
+        self.binary_outputs: dict[str, bool] = {} if binary_outputs is None else binary_outputs
+        self.binary_by_default = binary_by_default
+        # Output name -> where it goes, for outputs requested in shared memory.
+        self.shm_outputs: dict[str, ShmOutput] = {} if shm_outputs is None else shm_outputs
+        # The ``triton_`` request parameters the caller allowed, as sent.
+        self.reserved: dict[str, Any] = {} if reserved is None else reserved
 
 
 # Triton reports a malformed infer document as INTERNAL (HTTP 500) in its JSON library's
@@ -457,7 +466,7 @@ def encode_infer_response(
         document["parameters"] = _response_parameters(response.parameters)
     outputs: list[dict[str, Any]] = []
     blobs: list[Buffer] = []
-    non_finite = False
+    json_entries: list[dict[str, Any]] = []  # outputs written as JSON data
     shm_outputs = decoded.shm_outputs
     binary_outputs, binary_by_default = decoded.binary_outputs, decoded.binary_by_default
     for tensor in response.outputs:
@@ -474,11 +483,11 @@ def encode_infer_response(
             if size:
                 blobs.append(blob)
         else:
-            entry["data"] = data = json_output_data(tensor)
-            non_finite = non_finite or isinstance(data, NonFiniteData)
+            entry["data"] = json_output_values(tensor)
+            json_entries.append(entry)
         outputs.append(entry)
     document["outputs"] = outputs
-    header = dumps_json(document, non_finite)
+    header = dump_document(document, json_entries)
     if not blobs:
         return HttpResponse(200, (header,), JSON)
     return HttpResponse(
@@ -489,9 +498,40 @@ def encode_infer_response(
     )
 
 
+def dump_document(document: dict[str, Any], json_entries: list[dict[str, Any]]) -> bytes:
+    """The response ``document`` as JSON, the ``data`` of its ``json_entries`` (outputs from
+    ``json_output_values``) holding NaN or infinities written as Triton writes them.
+
+    orjson writes NaN and infinities as null, and no other part of a response is null: only
+    a header with a null somewhere (rarely) has its float data checked, and is written
+    again; a request's ``id`` holding the word costs that check, nothing else."""
+    header = dumps_json(document, False)
+    if json_entries and b"null" in header:
+        non_finite = False
+        for entry in json_entries:
+            entry["data"] = data = _checked_finite(entry["data"])
+            non_finite = non_finite or isinstance(data, NonFiniteData)
+        if non_finite:
+            header = dumps_json(document, True)
+    return header
+
+
 def json_output_data(tensor: Tensor) -> Any:
     """An output's data for JSON, flat in C order (a ``NonFiniteData`` for floats holding
     NaN or infinities); a ServerError for data JSON cannot carry."""
+    return _checked_finite(json_output_values(tensor))
+
+
+def _checked_finite(data: Any) -> Any:
+    """Float ``data`` holding NaN or infinities as a ``NonFiniteData``; else as it is."""
+    if isinstance(data, np.ndarray) and data.dtype.kind == "f" and not np.isfinite(data).all():
+        return NonFiniteData(data)
+    return data
+
+
+def json_output_values(tensor: Tensor) -> Any:
+    """``json_output_data`` without its check for NaN and infinities (which orjson writes
+    as ``null``: see ``encode_infer_response``)."""
     wire = tensor.datatype.wire_name
     if wire in ("FP16", "BF16"):
         raise InvalidArgumentError(
@@ -512,8 +552,6 @@ def json_output_data(tensor: Tensor) -> Any:
         data = tensor.data.astype(np.float64, order="C").reshape(-1)
     else:
         data = np.ascontiguousarray(tensor.data).reshape(-1)
-    if data.dtype.kind == "f" and not np.isfinite(data).all():
-        return NonFiniteData(data)
     # orjson writes C-contiguous numpy arrays natively, without Python objects.
     return data
 

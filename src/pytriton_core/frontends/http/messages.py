@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
@@ -17,17 +16,33 @@ JSON = b"application/json"
 Buffer = bytes | bytearray | memoryview
 
 
-@dataclass(slots=True)
 class HttpResponse:
-    status: int = 200
-    # Written to the socket as they are (header JSON, then tensor memoryviews): no join.
-    body: Sequence[Buffer] = ()
-    content_type: bytes | None = None
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    # Called with (send start, send end) monotonic ns once written (request tracing).
-    on_sent: Callable[[int, int], None] | None = None
-    # A body sent as it comes, in chunks (server-sent events); ``body`` is then unused.
-    stream: ResponseStream | None = None
+    """An answer as a handler builds it (an extension type, messages.pxd: one per request)."""
+
+    def __init__(
+        self,
+        status: int = 200,
+        body: Sequence[Buffer] = (),
+        content_type: bytes | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        on_sent: Callable[[int, int], None] | None = None,
+        stream: ResponseStream | None = None,
+    ) -> None:
+        self.status = status
+        # Written to the socket as they are (header JSON, then tensor memoryviews): no join.
+        self.body = body
+        self.content_type = content_type
+        self.headers: list[tuple[bytes, bytes]] = [] if headers is None else headers
+        # Called with (send start, send end) monotonic ns once written (request tracing).
+        self.on_sent = on_sent
+        # A body sent as it comes, in chunks (server-sent events); ``body`` is then unused.
+        self.stream = stream
+
+    def __repr__(self) -> str:
+        return (
+            f"HttpResponse(status={self.status!r}, body={self.body!r}, "
+            f"content_type={self.content_type!r}, headers={self.headers!r})"
+        )
 
     @property
     def content_length(self) -> int:

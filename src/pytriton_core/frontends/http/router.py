@@ -32,7 +32,8 @@ class Request(Protocol):
     def body(self) -> bytes | bytearray | memoryview: ...
 
 
-Handler = Callable[[Request, "RouteMatch"], Awaitable[HttpResponse]]
+# A handler answers at once, or with what to await for the answer (an ``async def``'s).
+Handler = Callable[[Request, "RouteMatch"], HttpResponse | Awaitable[HttpResponse]]
 # (status, message) -> the answer to a request no handler takes (404, 405, a restricted 403).
 ErrorRenderer = Callable[[int, str], HttpResponse]
 
@@ -94,7 +95,10 @@ class Router:
         self._resolved[path] = found
         return found
 
-    async def dispatch(self, request: Request) -> HttpResponse:
+    def route(self, request: Request) -> HttpResponse | Awaitable[HttpResponse]:
+        """The answer of the handler of ``request``'s path and method (at once, or what to
+        await for it), or the refusal (a restricted API's 403, 404, 405). Not a coroutine
+        itself: a request costs the handler's alone, if the handler has one."""
         resolved = self._resolve(request.path)
         if resolved is not None:
             route, match, restriction = resolved
@@ -108,7 +112,7 @@ class Router:
             handler = route.methods.get(request.method)
             if handler is None:
                 return self._error(405, "Method Not Allowed")
-            return await handler(request, match)
+            return handler(request, match)
         return self._error(404, "Not Found")
 
     def _error(self, status: int, message: str) -> HttpResponse:

@@ -64,7 +64,6 @@ from pytriton_core.frontends.http.messages import (
 from pytriton_core.frontends.http.reaper import expire_slow_requests
 from pytriton_core.frontends.http.router import Router
 from pytriton_core.frontends.http.streaming import SSE_COMMENT, write_stream
-from pytriton_core.frontends.http.timing import RECEIVED
 from pytriton_core.frontends.tls import CertificateReloader
 from pytriton_core.options import LimitOptions
 from pytriton_core.service import InferenceService
@@ -118,8 +117,8 @@ class HttpFrontend:
             self.certificates = CertificateReloader(options.http_tls)
         try:
             self._server = await loop.create_server(
-                lambda: HttpProtocol(
-                    self._router, max_body, self._connections, limits, idle_timeout
+                lambda: as_protocol(
+                    HttpProtocol(self._router, max_body, self._connections, limits, idle_timeout)
                 ),
                 host,
                 port,
@@ -158,7 +157,11 @@ class HttpFrontend:
         self._server = None
 
 
-class HttpProtocol(asyncio.Protocol):
+class HttpProtocol:
+    """One connection: an asyncio protocol (duck-typed: an extension type, server.pxd,
+    cannot derive from ``asyncio.Protocol``; ``as_protocol`` says what it is to the loop's
+    API), whose every request's bytes, handler and answer pass through typed fields."""
+
     def __init__(
         self,
         router: Router,
@@ -357,16 +360,16 @@ class HttpProtocol(asyncio.Protocol):
             self._driving = False
 
     async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
-        RECEIVED.set((received_start, received_end))  # this task's own context
         if log.isEnabledFor(logging.DEBUG):
             code = _METHOD_CODES.get(request.method, -1)
             log.debug("HTTP request: %d %s", code, request.path)
-        exchange = self._exchange = Exchange()
-        CURRENT_EXCHANGE.set(exchange)
+        exchange = self._exchange = Exchange(received_start, received_end)
+        CURRENT_EXCHANGE.set(exchange)  # this task's own context
         self._http11 = request.http_version == "1.1"
         self._head_sent = False
         try:
-            response = await self._router.dispatch(request)
+            routed = self._router.route(request)
+            response = routed if isinstance(routed, HttpResponse) else await routed
         except ServerError as exc:
             response = error_response(exc)
         except Exception:
@@ -525,6 +528,12 @@ class HttpProtocol(asyncio.Protocol):
             on_sent(send_start, time.monotonic_ns())
         if not keep_alive:
             transport.close()
+
+
+def as_protocol(protocol: HttpProtocol) -> asyncio.Protocol:
+    """``protocol`` as what ``loop.create_server``'s factory returns: it implements
+    ``asyncio.Protocol``'s methods without deriving from it (see ``HttpProtocol``)."""
+    return cast(asyncio.Protocol, protocol)
 
 
 def _drive(coroutine: Coroutine[Any, Any, None], context: contextvars.Context) -> None:

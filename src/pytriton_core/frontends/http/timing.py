@@ -1,22 +1,19 @@
-"""When the request being handled arrived: the protocol sets it for each request's task, so
-handlers that trace read it without it being threaded through every signature."""
+"""Request tracing's HTTP stamps: when the request arrived (its ``Exchange`` knows) and when
+its answer was sent."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
 
+from pytriton_core.frontends.http.exchange import Exchange
 from pytriton_core.tracing import RequestTrace
 
-# (first byte seen, request complete), monotonic ns; (0, 0) outside a request.
-RECEIVED: ContextVar[tuple[int, int]] = ContextVar("pytriton_http_received", default=(0, 0))
 
-
-def stamp_received(trace: RequestTrace) -> None:
-    start, end = RECEIVED.get()
-    if end:
-        trace.stamp("HTTP_RECV_START", start)
-        trace.stamp("HTTP_RECV_END", end)
+def stamp_received(trace: RequestTrace, exchange: Exchange | None) -> None:
+    """The receive stamps, when ``exchange`` (None outside a connection) knows them."""
+    if exchange is not None and exchange.received_end_ns:
+        trace.stamp("HTTP_RECV_START", exchange.received_start_ns)
+        trace.stamp("HTTP_RECV_END", exchange.received_end_ns)
 
 
 def finish_when_sent(trace: RequestTrace) -> Callable[[int, int], None]:

@@ -134,7 +134,8 @@ def _answering(handler: Handler) -> Handler:
 
     async def answer(request: Request, match: RouteMatch) -> HttpResponse:
         try:
-            return await handler(request, match)
+            routed = handler(request, match)
+            return routed if isinstance(routed, HttpResponse) else await routed
         except ServerError as exc:
             return error_response(exc)
         except Exception:

@@ -1,0 +1,6 @@
+# The typed parts of pb_utils_server.py (compiled from it, csrc/compiled_modules.txt): the
+# block every execute runs in.
+
+cdef class ExecuteScope:
+    cdef object _scope
+    cdef object _token

@@ -1,0 +1,43 @@
+# The typed parts of infer_codec.py (compiled from it, csrc/compiled_modules.txt): every
+# HTTP infer request is decoded and answered through these.
+
+cimport cython
+
+from pytriton_core.inference.request cimport InferenceRequest
+from pytriton_core.inference.response cimport InferenceResponse
+from pytriton_core.runtime.model cimport Model
+
+
+cdef class DecodedInfer:
+    cdef public InferenceRequest request
+    cdef public dict binary_outputs
+    cdef public bint binary_by_default
+    cdef public dict shm_outputs
+    cdef public dict reserved
+
+
+@cython.locals(request=InferenceRequest, walked=tuple, binary_start=Py_ssize_t)
+cpdef DecodedInfer decode_infer_request(
+    Model model,
+    object body,
+    object header_length,
+    object service,
+    tuple allowed_reserved=*,
+    bint general=*,
+)
+
+
+@cython.locals(
+    request=InferenceRequest,
+    document=dict,
+    outputs=list,
+    blobs=list,
+    entry=dict,
+    json_entries=list,
+    non_finite=bint,
+    shm_outputs=dict,
+    binary_outputs=dict,
+    binary_by_default=bint,
+    size=Py_ssize_t,
+)
+cpdef encode_infer_response(Model model, DecodedInfer decoded, InferenceResponse response)
