@@ -209,7 +209,8 @@ def served_table(
                     batch_size=rows,
                 )
                 tag = f"{model.name}-c{concurrency}-b{rows}"
-                served, batches = served_throughput(analyzer, server, run, logs, tag, args.windows)
+                measured = served_throughput(analyzer, server, run, logs, tag, args.windows)
+                served, batches = measured.throughput, measured.batches
                 predictor = model.auto_predictor()
                 raw_by_size = frameworks.raw_throughputs(
                     model.runner(predictor),
