@@ -5,9 +5,11 @@ What tritonclient sends with ``binary_data=True``: an ``id`` string, at most the
 ``binary_data_output`` request parameter, inputs that each take ``binary_data_size`` bytes of
 the binary section (all of it, exactly), outputs named with at most a ``binary_data`` flag. Anything else (or anything the general decode would refuse) is
 answered None, so that the general decode (``frontends/http/infer_codec.py``) reads it and
-words its errors alone.
+words its errors alone. ``HeaderMemo`` keeps the walk's reading of a header, so that the
+same header sent again skips the JSON parse and the walk.
 """
 
+cimport cython
 from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Size
 from cpython.list cimport PyList_CheckExact
 from cpython.long cimport PyLong_CheckExact
@@ -45,7 +47,8 @@ cdef tuple _OUTPUT_PARAMETER_KEYS = ("binary_data",)
 
 
 def walk_binary_infer(dict document not None, body, Py_ssize_t offset, dict datatypes not None,
-                      tensor_type, output_type, Py_ssize_t max_bytes_elements):
+                      tensor_type, output_type, Py_ssize_t max_bytes_elements,
+                      list layout=None):
     """The common request's parts, or None for the general decode.
 
     ``body``: the whole body, its binary section from ``offset``; ``datatypes``: wire name
@@ -53,7 +56,9 @@ def walk_binary_infer(dict document not None, body, Py_ssize_t offset, dict data
     make the inputs and requested outputs; a BYTES input of more than
     ``max_bytes_elements`` elements is the general decode's to refuse. Returns (id, binary_data_output, inputs: name ->
     tensor, requested outputs: name -> output or None when the request names none, outputs'
-    binary_data: name -> bool); the arrays are views of ``body``.
+    binary_data: name -> bool); the arrays are views of ``body``. ``layout``, when given,
+    gets each input's (name, datatype, shape, byte size) in order, or None for a BYTES input
+    (whose elements are read from the body): what a ``HeaderMemo`` keeps.
     """
     if not _only(document, _DOCUMENT_KEYS):
         return None
@@ -127,6 +132,8 @@ def walk_binary_infer(dict document not None, body, Py_ssize_t offset, dict data
             if size != count * itemsize:
                 return None
             array = _ndarray(shape, datatype.numpy_dtype, view, offset)
+        if layout is not None:
+            layout.append(None if datatype.is_bytes else (name, datatype, tuple(shape), size))
         inputs[name] = tensor_type(name, datatype, array)
         offset += size
     if offset != end:
@@ -159,3 +166,97 @@ def walk_binary_infer(dict document not None, body, Py_ssize_t offset, dict data
             requested[name] = output_type(name, 0, False)
             binary_outputs[name] = binary
     return request_id, binary_by_default, inputs, requested, binary_outputs
+
+
+@cython.final
+cdef class _Plan:
+    """What a remembered header says: everything of the walk's answer but the arrays."""
+
+    cdef str request_id
+    cdef object binary_by_default
+    cdef tuple inputs  # (name, datatype, shape, numpy dtype, byte size), in body order
+    cdef Py_ssize_t binary_size  # the binary section's size: the inputs' sizes summed
+    cdef tuple outputs  # the requested outputs' names; None when the request names none
+    cdef dict binary_outputs
+
+    cdef tuple apply(self, body, Py_ssize_t offset, tensor_type, output_type):
+        """The walk's answer for ``body``, or None when its binary section is not the size
+        the header gives (the general decode then words the error)."""
+        cdef dict inputs = {}
+        cdef dict requested
+        cdef Py_ssize_t size
+        if len(body) - offset != self.binary_size:
+            return None
+        view = memoryview(body) if self.inputs else None
+        for name, datatype, shape, numpy_dtype, size in self.inputs:
+            inputs[name] = tensor_type(name, datatype, _ndarray(shape, numpy_dtype, view, offset))
+            offset += size
+        if self.outputs is None:
+            return (self.request_id, self.binary_by_default, inputs, None,
+                    dict(self.binary_outputs))
+        requested = {}
+        for name in self.outputs:
+            requested[name] = output_type(name, 0, False)
+        return (self.request_id, self.binary_by_default, inputs, requested,
+                dict(self.binary_outputs))
+
+
+@cython.final
+cdef class HeaderMemo:
+    """The walk's reading of common binary requests, by the exact bytes of their JSON header.
+
+    Clients that send one request over and over (perf_analyzer, a service calling a model)
+    send the same header each time: a header seen before skips the JSON parse and the walk,
+    and only its arrays are made again, views of the new body. Only what the walk read in
+    full is kept (no BYTES inputs: their elements come from the body), for headers of at
+    most ``max_header_bytes``; at ``capacity`` headers the memo starts over, so a client
+    sending ever new headers costs one dict of bounded size. One memo serves one server:
+    its JSON limits decided each header's first reading.
+    """
+
+    cdef dict _plans
+    cdef Py_ssize_t _capacity
+    cdef Py_ssize_t _max_header_bytes
+
+    def __cinit__(self, Py_ssize_t capacity=256, Py_ssize_t max_header_bytes=2048):
+        self._plans = {}
+        self._capacity = capacity
+        self._max_header_bytes = max_header_bytes
+
+    def __len__(self):
+        return len(self._plans)
+
+    def recall(self, header, body, Py_ssize_t offset, tensor_type, output_type):
+        """The walk's answer for a remembered ``header`` (a bytes-like object) over
+        ``body``'s binary section from ``offset``; None when not remembered, or when the
+        section is not the size the header gives."""
+        cdef PyObject* found
+        if not self._plans or len(header) > self._max_header_bytes:
+            return None
+        found = PyDict_GetItem(self._plans, bytes(header))
+        if found is NULL:
+            return None
+        return (<_Plan>found).apply(body, offset, tensor_type, output_type)
+
+    def remember(self, header, tuple walked not None, list layout not None):
+        """Keep the walk's answer ``walked`` for ``header``, with the ``layout`` the walk
+        recorded; a header with a BYTES input, or too long, is not kept."""
+        cdef _Plan plan
+        cdef Py_ssize_t binary_size = 0
+        if len(header) > self._max_header_bytes or None in layout:
+            return
+        request_id, binary_by_default, _inputs, requested, binary_outputs = walked
+        plan = _Plan.__new__(_Plan)
+        plan.request_id = request_id
+        plan.binary_by_default = binary_by_default
+        entries = []
+        for name, datatype, shape, size in layout:
+            entries.append((name, datatype, shape, datatype.numpy_dtype, size))
+            binary_size += size
+        plan.inputs = tuple(entries)
+        plan.binary_size = binary_size
+        plan.outputs = None if requested is None else tuple(requested)
+        plan.binary_outputs = dict(binary_outputs)
+        if len(self._plans) >= self._capacity:
+            self._plans.clear()
+        self._plans[bytes(header)] = plan

@@ -582,3 +582,40 @@ def test_requests_the_walk_hands_over_get_the_same_answers(
         )
     assert answers[0] == answers[1]
     assert answers[0][0] == 200, answers[0]
+
+
+def test_a_header_sent_again_is_answered_as_by_the_general_decode(server: ServerHandle) -> None:
+    """The memo of common headers (``HeaderMemo``, csrc/http/infer_walk.pyx): the same header
+    sent again is not parsed again. Over new data, over data the model refuses, and over a
+    binary section of another size, its answers are the general decode's, byte for byte, and
+    so are the statistics."""
+    outputs = [{"name": "Y", "parameters": {"binary_data": True}}, {"name": "ROWSUM"}]
+
+    def request(x: np.ndarray, general: bool, cut: int = 0) -> tuple[bytes, dict[str, str]]:
+        body, headers = binary_request({"X": x}, outputs, False)
+        split = int(headers["Inference-Header-Content-Length"])
+        document = json.loads(body[:split])
+        if general:
+            document.update(GENERAL_ONLY)
+        head = json.dumps(document).encode()
+        headers["Inference-Header-Content-Length"] = str(len(head))
+        return head + body[split : len(body) - cut], headers
+
+    rows = [np.full((2, 4), value, np.float32) for value in (1.0, 2.5, 13.0, -4.0, 7.0)]
+    for index, x in enumerate(rows):
+        cut = 4 if index == 3 else 0  # a section 4 bytes short: an error from the decode
+        answers, counts = [], [success_and_failure(server, "listed")]
+        for general in (False, True):
+            answers.append(
+                post(server.http_url, "/v2/models/listed/infer", *request(x, general, cut))
+            )
+            counts.append(success_and_failure(server, "listed"))
+        assert answers[0] == answers[1], index
+        assert (
+            np.subtract(counts[1], counts[0]).tolist() == np.subtract(counts[2], counts[1]).tolist()
+        )
+        expected_status = 400 if index in (2, 3) else 200
+        assert answers[0][0] == expected_status, answers[0]
+        if expected_status == 200:  # Y, the one binary output, ends the body: this x's
+            y = np.frombuffer(answers[0][2][-x.nbytes :], np.float32).reshape(x.shape)
+            np.testing.assert_array_equal(y, x * 3 + 1)

@@ -14,7 +14,7 @@ import pytest
 
 from pytriton_core import types
 from pytriton_core._native.bytes_codec import serialize_bytes_tensor
-from pytriton_core._native.infer_walk import walk_binary_infer
+from pytriton_core._native.infer_walk import HeaderMemo, walk_binary_infer
 from pytriton_core.inference.request import RequestedOutput
 from pytriton_core.inference.tensor import Tensor
 
@@ -128,3 +128,111 @@ def test_anything_else_is_handed_to_the_general_decode(
     document: dict[str, Any], binary: bytes
 ) -> None:
     assert _walk(document, binary) is None
+
+
+# ------------------------------------------------------------- the memo of common headers
+
+FIXED = np.arange(8, dtype=np.float32).reshape(2, 4)
+FIXED_HEADER = {
+    "inputs": [
+        {"name": "X", "datatype": "FP32", "shape": [2, 4], "parameters": {"binary_data_size": 32}},
+        {"name": "B", "datatype": "BOOL", "shape": [3], "parameters": {"binary_data_size": 3}},
+    ],
+    "outputs": [{"name": "Y", "parameters": {"binary_data": True}}, {"name": "Z"}],
+}
+FIXED_HEAD = b'{"inputs": "stand-in for the header bytes"}'
+
+
+def _remembered(memo: HeaderMemo, document: dict[str, Any], head: bytes, body: bytes) -> Any:
+    layout: list[Any] = []
+    walked = walk_binary_infer(
+        document,
+        body,
+        len(head),
+        types.BY_WIRE_NAME,
+        Tensor,
+        RequestedOutput,
+        MAX_BYTES_ELEMENTS,
+        layout,
+    )
+    assert walked is not None
+    memo.remember(head, walked, layout)
+    return walked
+
+
+def _recall(memo: HeaderMemo, head: bytes, body: bytes) -> Any:
+    return memo.recall(memoryview(body)[: len(head)], body, len(head), Tensor, RequestedOutput)
+
+
+def test_a_remembered_header_reads_new_data_as_the_walk_does() -> None:
+    memo = HeaderMemo()
+    first_data = FIXED.tobytes() + b"\x01\x00\x01"
+    first = FIXED_HEAD + first_data
+    assert _recall(memo, FIXED_HEAD, first) is None  # not seen yet
+    walked = _remembered(memo, FIXED_HEADER, FIXED_HEAD, first)
+    assert len(memo) == 1
+    second_data = (FIXED * 2).tobytes() + b"\x00\x01\x00"
+    second = FIXED_HEAD + second_data
+    recalled = _recall(memo, FIXED_HEAD, second)
+    assert recalled is not None
+    walked_again = walk_binary_infer(
+        FIXED_HEADER,
+        second,
+        len(FIXED_HEAD),
+        types.BY_WIRE_NAME,
+        Tensor,
+        RequestedOutput,
+        MAX_BYTES_ELEMENTS,
+    )
+    assert walked_again is not None
+    request_id, binary_by_default, inputs, requested, binary_outputs = recalled
+    assert (request_id, binary_by_default) == (walked[0], walked[1]) == ("", False)
+    assert list(inputs) == ["X", "B"]
+    for name, tensor in inputs.items():
+        expected = walked_again[2][name]
+        assert tensor.datatype is expected.datatype
+        assert tensor.data.dtype == expected.data.dtype and tensor.data.shape == expected.data.shape
+        np.testing.assert_array_equal(tensor.data, expected.data)
+    np.testing.assert_array_equal(inputs["X"].data, FIXED * 2)
+    assert inputs["B"].data.tolist() == [False, True, False]
+    assert requested == walked_again[3] and requested is not walked[3]
+    assert binary_outputs == {"Y": True, "Z": False} and binary_outputs is not walked[4]
+
+
+def test_a_remembered_header_over_a_section_of_another_size_is_not_recalled() -> None:
+    memo = HeaderMemo()
+    data = FIXED.tobytes() + b"\x01\x00\x01"
+    _remembered(memo, FIXED_HEADER, FIXED_HEAD, FIXED_HEAD + data)
+    assert _recall(memo, FIXED_HEAD, FIXED_HEAD + data + b"x") is None
+    assert _recall(memo, FIXED_HEAD, FIXED_HEAD + data[:-1]) is None
+    assert _recall(memo, FIXED_HEAD, FIXED_HEAD + data) is not None
+    assert _recall(memo, FIXED_HEAD + b" ", FIXED_HEAD + b" " + data) is None  # other bytes
+
+
+def test_headers_with_bytes_inputs_or_too_long_are_not_remembered() -> None:
+    memo = HeaderMemo(max_header_bytes=64)
+    _remembered(memo, {"inputs": _inputs()}, b"head", b"head" + BINARY)  # a BYTES input
+    assert len(memo) == 0
+    long_head = b"h" * 65
+    _remembered(memo, FIXED_HEADER, long_head, long_head + FIXED.tobytes() + b"\x01\x00\x01")
+    assert len(memo) == 0
+
+
+def test_the_memo_starts_over_at_its_capacity() -> None:
+    memo = HeaderMemo(capacity=3)
+    data = FIXED.tobytes() + b"\x01\x00\x01"
+    heads = [b"head-%d" % index for index in range(4)]
+    for head in heads[:3]:
+        _remembered(memo, FIXED_HEADER, head, head + data)
+    assert len(memo) == 3
+    _remembered(memo, FIXED_HEADER, heads[3], heads[3] + data)
+    assert len(memo) == 1
+    assert _recall(memo, heads[0], heads[0] + data) is None
+    assert _recall(memo, heads[3], heads[3] + data) is not None
+
+
+def test_an_empty_request_is_remembered() -> None:
+    memo = HeaderMemo()
+    _remembered(memo, {"inputs": []}, b"{}", b"{}")
+    assert _recall(memo, b"{}", b"{}") == ("", False, {}, None, {})
+    assert _recall(memo, b"{}", b"{}x") is None

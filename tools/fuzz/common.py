@@ -9,6 +9,7 @@ server's own errors (``ServerError``) for bad input; anything else is a finding.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import sys
 import tempfile
@@ -133,6 +134,13 @@ def _check_walk_matches_general(
         raise AssertionError("the compiled walk and the general decode read the body apart")
 
 
+@functools.cache
+def _header_memo() -> Any:
+    from pytriton_core._native.infer_walk import HeaderMemo
+
+    return HeaderMemo(capacity=64)
+
+
 def check_http_infer(
     service: InferenceService, model: str, body: bytes, header: int | None
 ) -> None:
@@ -145,8 +153,13 @@ def check_http_infer(
 
     try:
         target = service.model(model, "")
-        decoded = decode_infer_request(target, body, header, service)
+        # With the front end's memo of common headers: a header an earlier input left in it
+        # is recalled over this body; the second decode recalls this one.
+        decoded = decode_infer_request(target, body, header, service, memo=_header_memo())
         _check_walk_matches_general(service, target, body, header, decoded)
+        again = decode_infer_request(target, body, header, service, memo=_header_memo())
+        if _decoded_parts(again) != _decoded_parts(decoded):
+            raise AssertionError("a remembered header reads the body apart from its walk")
         check_tensor_limits(decoded.request, service.options.limits)
         validate_request(decoded.request, target.spec)
         for tensor in decoded.request.inputs.values():

@@ -24,7 +24,11 @@ cpdef DecodedInfer decode_infer_request(
     object service,
     tuple allowed_reserved=*,
     bint general=*,
+    object memo=*,
 )
+
+
+cdef DecodedInfer _walked(InferenceRequest request, tuple walked)
 
 
 @cython.locals(

@@ -9,13 +9,13 @@ carries only their name, datatype and shape.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from pytriton_core import types
-from pytriton_core._native.infer_walk import walk_binary_infer
+from pytriton_core._native.infer_walk import HeaderMemo, walk_binary_infer
 from pytriton_core._native.json_tensor import (
     SHAPE_MISMATCH,
     array_from_json_data,
@@ -47,6 +47,9 @@ from pytriton_core.service import InferenceService
 
 OCTET_STREAM = b"application/octet-stream"
 _DATA_SOURCES = ("data", "binary_data_size", REGION)
+
+if TYPE_CHECKING:
+    from pytriton_core._native.infer_walk import Walked
 
 
 class DecodedInfer:
@@ -324,13 +327,16 @@ def decode_infer_request(
     allowed_reserved: tuple[str, ...] = (),
     *,
     general: bool = False,
+    memo: HeaderMemo | None = None,
 ) -> DecodedInfer:
     """Parse an infer body into a core request (the caller validates it against the model).
 
     Inputs and outputs in shared memory are resolved by ``service``: inputs become views of
     their regions, outputs' ranges are checked. ``allowed_reserved``: the ``triton_``
     parameters the caller acts on (kept in ``DecodedInfer.reserved``). ``general``: skip
-    the compiled walk of the common request (the fuzzer compares the two).
+    the compiled walk of the common request (the fuzzer compares the two). ``memo``: the
+    server's readings of common headers, which a header seen before is read from (and a
+    common one read now is kept in).
     """
     request = InferenceRequest(model_name=model.name, model_version=model.version)
     if header_length == 0:
@@ -346,6 +352,10 @@ def decode_infer_request(
             )
         json_part = memoryview(body)[:header_length]
         binary_start = header_length
+        if memo is not None and not allowed_reserved and not general:
+            walked = memo.recall(json_part, body, binary_start, Tensor, RequestedOutput)
+            if walked is not None:
+                return _walked(request, walked)
     document = parse_json(json_part, limits, InternalError)
     if (
         header_length is not None
@@ -356,6 +366,7 @@ def decode_infer_request(
         # The common binary request in one compiled pass; None: the general decode reads it.
         # (A body without Inference-Header-Content-Length is all JSON: its tensors are
         # read from JSON, by the general decode.)
+        layout: list[Any] | None = [] if memo is not None else None
         walked = walk_binary_infer(
             document,
             body,
@@ -364,14 +375,22 @@ def decode_infer_request(
             Tensor,
             RequestedOutput,
             limits.max_bytes_elements,
+            layout,
         )
         if walked is not None:
-            request.id, binary_by_default, request.inputs, requested, binary_outputs = walked
-            if requested is not None:
-                request.requested_outputs = requested
-            return DecodedInfer(request, binary_outputs, binary_by_default)
+            if memo is not None and layout is not None:
+                memo.remember(json_part, walked, layout)
+            return _walked(request, walked)
     cursor = _BinaryCursor(body, binary_start, model.name, limits.max_bytes_elements)
     return _decode_document(document, request, cursor, service, model.name, allowed_reserved)
+
+
+def _walked(request: InferenceRequest, walked: Walked[Tensor, RequestedOutput]) -> DecodedInfer:
+    """The decoded request from the walk's answer (``walk_binary_infer``, ``HeaderMemo``)."""
+    request.id, binary_by_default, request.inputs, requested, binary_outputs = walked
+    if requested is not None:
+        request.requested_outputs = requested
+    return DecodedInfer(request, binary_outputs, binary_by_default)
 
 
 def _decode_document(

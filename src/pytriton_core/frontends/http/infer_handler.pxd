@@ -16,6 +16,7 @@ from pytriton_core.service.inference_service cimport InferenceService, SingleAns
 cdef class InferHandler:
     cdef InferenceService _service
     cdef object _forwarded
+    cdef object _header_memo
 
     cdef object _infer_now(self, object request, object match)
     cdef Model _model(self, object match)

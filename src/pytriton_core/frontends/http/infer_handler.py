@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterator
 from re import Pattern
 
+from pytriton_core._native.infer_walk import HeaderMemo
 from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http import compression
 from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE
@@ -42,6 +43,7 @@ class InferHandler:
         (``--http-header-forward-pattern``), None for none."""
         self._service = service
         self._forwarded = forwarded
+        self._header_memo = HeaderMemo()  # common headers read before (csrc/http/infer_walk)
 
     def __call__(
         self, request: Request, match: RouteMatch
@@ -123,7 +125,9 @@ class InferHandler:
             if "inference-header-content-length" in request.headers
             else None
         )
-        decoded = decode_infer_request(model, body, header_length, self._service, reserved)
+        decoded = decode_infer_request(
+            model, body, header_length, self._service, reserved, memo=self._header_memo
+        )
         if self._forwarded is not None:
             forward_headers(decoded.request, _text_headers(request), self._forwarded)
         return decoded
