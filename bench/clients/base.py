@@ -49,7 +49,7 @@ def run_tool(
     except subprocess.TimeoutExpired as expired:
         output = _text(expired.stdout) + _text(expired.stderr)
         log_path.write_text(f"$ {' '.join(command)}\n{output}\n[timed out after {timeout_s} s]\n")
-        raise ClientError(f"{command[0]} timed out after {timeout_s:.0f} s") from None
+        raise ClientError(f"{Path(command[0]).name} timed out after {timeout_s:.0f} s") from None
     log_path.write_text(f"$ {' '.join(command)}\n{output}\n[exit {returncode}]\n")
     if returncode != 0:
         raise ClientError(f"{Path(command[0]).name} exited with {returncode}: {tail(output)}")
