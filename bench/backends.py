@@ -15,15 +15,14 @@ ran them.
 
 The breakdown, per request, over the measured windows: the server's CPU (its process tree,
 from /proc), the framework's own run as the server timed it (``compute_infer`` of
-``batch_stats``, divided by the rows), the same batches' raw run in this process, and the
-server's CPU beyond its framework run, i.e. what serving adds (HTTP, decode, batching, the
-hand-off to the instance's thread and back, encode).
+``batch_stats``, divided by the rows: wall time on the instance's thread, so under load it
+includes the time that thread waited for a core), the same batches' raw run in this process,
+and the round trip a client saw.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's root holds the 
 from bench import frameworks, toolbox
 from bench.clients.perf_analyzer import PerfAnalyzer, PerfAnalyzerRun
 from bench.scenarios import MLP_HIDDEN, MLP_IN_FEATURES, MLP_OUT_FEATURES
-from bench.servers import OURS, RunningServer, http_get, run_server
+from bench.servers import OURS, RunningServer, run_server
 
 CONCURRENCY = (16,)
 RAW_SECONDS_PER_BATCH_SIZE = 2.0
@@ -75,7 +74,7 @@ class Result:
 
     @property
     def framework_us(self) -> float:
-        """The framework's run per request, in the server."""
+        """The framework's run per request, as the server timed it (wall time)."""
         return self.served.per_request_us(self.served.compute_infer_ns / 1e9)
 
     @property
@@ -131,13 +130,13 @@ def served_throughput(
     """perf_analyzer's throughput on ``run`` (the median of ``windows`` runs after one to
     warm up, as the bench's framework rows), and what the server did meanwhile."""
     analyzer.measure(run, logs, f"{tag}-warmup")
-    before, compute_before = server.counts(run.model), compute_infer_ns(server, run.model)
+    before = server.counts(run.model)
     cpu_before = server.sample().cpu_s
     rates = [
         analyzer.measure(run, logs, f"{tag}-w{index + 1}").throughput for index in range(windows)
     ]
     cpu_s = server.sample().cpu_s - cpu_before
-    after, compute_after = server.counts(run.model), compute_infer_ns(server, run.model)
+    after = server.counts(run.model)
     if before is None or after is None:
         raise RuntimeError("the server's statistics extension did not answer")
     counts = after.since(before)
@@ -145,18 +144,9 @@ def served_throughput(
         throughput=statistics.median(rates),
         batches={size: count for size, count in counts.batches.items() if count},
         cpu_s=cpu_s,
-        compute_infer_ns=compute_after - compute_before,
+        compute_infer_ns=counts.compute_infer_ns,
         requests=counts.requests,
     )
-
-
-def compute_infer_ns(server: RunningServer, model: str) -> int:
-    """The model's ``compute_infer`` time so far, summed over its batch sizes."""
-    status, body = http_get(server.http_url, f"/v2/models/{model}/stats")
-    if status != 200:
-        raise RuntimeError(f"the statistics of {model} answered HTTP {status}")
-    stats = json.loads(body)["model_stats"][0]
-    return sum(int(entry["compute_infer"]["ns"]) for entry in stats.get("batch_stats") or [])
 
 
 def print_table(results: list[Result], args: argparse.Namespace) -> None:
@@ -177,15 +167,15 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
             f"{r.raw.average_batch or 0:>10.1f}  {r.raw.formed()}"
         )
     print()
-    print("per request, µs (server CPU from /proc; framework = compute_infer in the server):")
+    print("per request, µs (server CPU from /proc; framework = compute_infer, wall time):")
     print(
         f"{'backend':<12} {'conc':>4} {'server CPU':>11} {'framework':>10} {'raw':>8} "
-        f"{'added CPU':>10} {'round trip':>11}"
+        f"{'round trip':>11}"
     )
     for r in results:
         print(
             f"{r.backend:<12} {r.concurrency:>4} {r.cpu_us:>11.0f} {r.framework_us:>10.0f} "
-            f"{r.raw_us:>8.0f} {r.cpu_us - r.framework_us:>10.0f} "
+            f"{r.raw_us:>8.0f} "
             f"{r.concurrency * 1e6 / r.served.throughput:>11.0f}"
         )
     print()

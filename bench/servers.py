@@ -53,11 +53,13 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class ModelCounts:
-    """One model's statistics so far: successful requests, executions, executions by batch size."""
+    """One model's statistics so far: successful requests, executions, executions by batch
+    size, and the time its executions took (``compute_infer``, summed over batch sizes)."""
 
     requests: int
     executions: int
     batches: dict[int, int]
+    compute_infer_ns: int = 0
 
     def since(self, before: ModelCounts) -> ModelCounts:
         batches = {
@@ -67,6 +69,7 @@ class ModelCounts:
             self.requests - before.requests,
             self.executions - before.executions,
             {size: count for size, count in batches.items() if count},
+            self.compute_infer_ns - before.compute_infer_ns,
         )
 
 
@@ -108,13 +111,15 @@ class RunningServer:
             return None
         try:
             stats = json.loads(body)["model_stats"][0]
+            batch_stats = stats.get("batch_stats") or []
             return ModelCounts(
                 requests=int(stats["inference_stats"]["success"]["count"]),
                 executions=int(stats["execution_count"]),
                 batches={
                     int(entry["batch_size"]): int(entry["compute_infer"]["count"])
-                    for entry in stats.get("batch_stats") or []
+                    for entry in batch_stats
                 },
+                compute_infer_ns=sum(int(entry["compute_infer"]["ns"]) for entry in batch_stats),
             )
         except (KeyError, IndexError, TypeError, ValueError):
             return None

@@ -8,7 +8,7 @@ worker do (one socket pair per direction, as ``process_transport.Channel`` uses)
 CPU a message hands the CPU straight to the woken process; on two, the sender wakes a
 sleeping CPU, which on a virtual machine is an interrupt through the hypervisor. The
 figures say whether keeping a server and its worker on two CPUs can pay (docs/benchmarks.md,
-"Process mode: what stands in the way").
+"Process mode: bundles, and what stands in the way").
 """
 
 from __future__ import annotations

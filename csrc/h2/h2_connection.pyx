@@ -199,19 +199,17 @@ cdef bytes _frame(uint8_t kind, uint8_t flags, uint32_t stream_id, bytes payload
 cdef class H2Stream:
     """One call: what its client sent in its headers, and where it stands both ways.
 
-    ``path``, ``authority``, ``encoding`` (``grpc-encoding``), ``accept_encoding``,
-    ``timeout`` (``grpc-timeout``, unparsed) and ``content_type`` are read from the head;
-    ``metadata`` is every other header that is not a pseudo-header, in order, as sent
-    (gRPC's custom metadata, ``user-agent`` included). ``call`` is the handler's object.
+    ``path``, ``encoding`` (``grpc-encoding``), ``accept_encoding`` and ``timeout``
+    (``grpc-timeout``, unparsed) are read from the head; ``metadata`` is every other header
+    that is not a pseudo-header, ``te`` or ``content-type``, in order, as sent (gRPC's custom
+    metadata, ``user-agent`` included). ``call`` is the handler's object.
     """
 
     cdef readonly uint32_t stream_id
     cdef readonly bytes path
-    cdef readonly bytes authority
     cdef readonly object encoding
     cdef readonly object accept_encoding
     cdef readonly object timeout
-    cdef readonly object content_type
     cdef readonly list metadata
     cdef public object call
     # Set by the handler when it waits for ``send_message``'s held-back data to leave.
@@ -674,25 +672,16 @@ cdef class H2ServerConnection:
                     stream.path = value
                 elif name == b":method":
                     is_post = value == b"POST"
-                elif name == b":authority":
-                    stream.authority = value
-                elif name != b":scheme":
+                elif name != b":scheme" and name != b":authority":
                     return 0
-            elif name == b"content-type":
-                stream.content_type = value
-            elif name == b"te":
+            elif name == b"te" or name == b"content-type":
                 continue
-            elif name[:5] == b"grpc-" and (
-                name == b"grpc-timeout"
-                or name == b"grpc-encoding"
-                or name == b"grpc-accept-encoding"
-            ):
-                if name == b"grpc-timeout":
-                    stream.timeout = value
-                elif name == b"grpc-encoding":
-                    stream.encoding = value
-                else:
-                    stream.accept_encoding = value
+            elif name == b"grpc-timeout":
+                stream.timeout = value
+            elif name == b"grpc-encoding":
+                stream.encoding = value
+            elif name == b"grpc-accept-encoding":
+                stream.accept_encoding = value
             else:
                 stream.metadata.append((name, value))
         return 1 if is_post and stream.path is not None else 0

@@ -1,10 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """HPACK (RFC 7541), the header compression of HTTP/2: a decoder for the header blocks a
-client sends and an encoder for the server's own, one of each per connection.
+client sends, one per connection, and an encoder.
 
-Compiled: every gRPC call decodes one block and encodes two (the response's headers and its
-trailers), and a repeated request block is mostly one-byte indexed fields, so the cost is the
-per-field overhead, which a Python loop would multiply.
+Compiled: every gRPC call decodes one block, and a repeated request block is mostly one-byte
+indexed fields, so the cost is the per-field overhead, which a Python loop would multiply.
+The server does not use the encoder: the connection (h2_connection.pyx) sends constant
+response blocks of literals and needs no dynamic table. The encoder serves the decoder's
+tests and fuzz target, and bench/micro_hpack.py.
 
 A field is a (name, value) tuple of bytes. The tables hold those tuples themselves: an indexed
 field decodes to the very tuple stored in its table (the static table's are built once, at

@@ -47,8 +47,7 @@ cdef tuple _OUTPUT_PARAMETER_KEYS = ("binary_data",)
 
 
 def walk_binary_infer(dict document not None, body, Py_ssize_t offset, dict datatypes not None,
-                      tensor_type, output_type, Py_ssize_t max_bytes_elements,
-                      list layout=None):
+                      tensor_type, output_type, Py_ssize_t max_bytes_elements):
     """The common request's parts, or None for the general decode.
 
     ``body``: the whole body, its binary section from ``offset``; ``datatypes``: wire name
@@ -56,9 +55,7 @@ def walk_binary_infer(dict document not None, body, Py_ssize_t offset, dict data
     make the inputs and requested outputs; a BYTES input of more than
     ``max_bytes_elements`` elements is the general decode's to refuse. Returns (id, binary_data_output, inputs: name ->
     tensor, requested outputs: name -> output or None when the request names none, outputs'
-    binary_data: name -> bool); the arrays are views of ``body``. ``layout``, when given,
-    gets each input's (name, datatype, shape, byte size) in order, or None for a BYTES input
-    (whose elements are read from the body): what a ``HeaderMemo`` keeps.
+    binary_data: name -> bool); the arrays are views of ``body``.
     """
     if not _only(document, _DOCUMENT_KEYS):
         return None
@@ -132,8 +129,6 @@ def walk_binary_infer(dict document not None, body, Py_ssize_t offset, dict data
             if size != count * itemsize:
                 return None
             array = _ndarray(shape, datatype.numpy_dtype, view, offset)
-        if layout is not None:
-            layout.append(None if datatype.is_bytes else (name, datatype, tuple(shape), size))
         inputs[name] = tensor_type(name, datatype, array)
         offset += size
     if offset != end:
@@ -183,7 +178,7 @@ cdef class _Plan:
         """The walk's answer for ``body``, or None when its binary section is not the size
         the header gives (the general decode then words the error)."""
         cdef dict inputs = {}
-        cdef dict requested
+        cdef dict requested = None
         cdef Py_ssize_t size
         if len(body) - offset != self.binary_size:
             return None
@@ -191,12 +186,10 @@ cdef class _Plan:
         for name, datatype, shape, numpy_dtype, size in self.inputs:
             inputs[name] = tensor_type(name, datatype, _ndarray(shape, numpy_dtype, view, offset))
             offset += size
-        if self.outputs is None:
-            return (self.request_id, self.binary_by_default, inputs, None,
-                    dict(self.binary_outputs))
-        requested = {}
-        for name in self.outputs:
-            requested[name] = output_type(name, 0, False)
+        if self.outputs is not None:
+            requested = {}
+            for name in self.outputs:
+                requested[name] = output_type(name, 0, False)
         return (self.request_id, self.binary_by_default, inputs, requested,
                 dict(self.binary_outputs))
 
@@ -238,21 +231,26 @@ cdef class HeaderMemo:
             return None
         return (<_Plan>found).apply(body, offset, tensor_type, output_type)
 
-    def remember(self, header, tuple walked not None, list layout not None):
-        """Keep the walk's answer ``walked`` for ``header``, with the ``layout`` the walk
-        recorded; a header with a BYTES input, or too long, is not kept."""
+    def remember(self, header, tuple walked not None):
+        """Keep the walk's answer ``walked`` for ``header`` (its inputs, in body order, give
+        each one's layout); a header with a BYTES input, or too long, is not kept."""
         cdef _Plan plan
         cdef Py_ssize_t binary_size = 0
-        if len(header) > self._max_header_bytes or None in layout:
+        if len(header) > self._max_header_bytes:
             return
-        request_id, binary_by_default, _inputs, requested, binary_outputs = walked
+        request_id, binary_by_default, inputs, requested, binary_outputs = walked
+        entries = []
+        for tensor in (<dict>inputs).values():
+            datatype = tensor.datatype
+            if datatype.is_bytes:  # its elements come from the body
+                return
+            array = tensor.data
+            entries.append((tensor.name, datatype, array.shape, datatype.numpy_dtype,
+                            array.nbytes))
+            binary_size += array.nbytes
         plan = _Plan.__new__(_Plan)
         plan.request_id = request_id
         plan.binary_by_default = binary_by_default
-        entries = []
-        for name, datatype, shape, size in layout:
-            entries.append((name, datatype, shape, datatype.numpy_dtype, size))
-            binary_size += size
         plan.inputs = tuple(entries)
         plan.binary_size = binary_size
         plan.outputs = None if requested is None else tuple(requested)

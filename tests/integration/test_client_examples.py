@@ -18,9 +18,9 @@ github.com/triton-inference-server/client (a work tree or a bare git directory),
 Without it these tests skip. The shared-memory examples use fixed region keys
 (``/input_simple``...): two runs at once on one machine collide.
 
-The models behave as Triton's: every example here also passes against the real Triton 2.51
-serving the same repository (HTTPS aside, which Triton lacks), with the same output apart
-from the server version and the statistics' times.
+The models were written to behave as Triton's serving the same repository. This module
+runs the examples against pytriton-core only (test_triton_model_control_examples.py runs
+its examples against the real Triton too).
 """
 
 from __future__ import annotations
@@ -118,16 +118,14 @@ EXAMPLES = [
 ]
 
 
-def run_example(
-    script: Path, *flags: str, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
+def run_example(script: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     """``script`` run by this interpreter (whose environment has tritonclient) with ``flags``."""
     return subprocess.run(
         [sys.executable, str(script), *flags],
         capture_output=True,
         text=True,
         timeout=EXAMPLE_TIMEOUT_S,
-        cwd=cwd or script.parent,
+        cwd=script.parent,
         check=False,
     )
 

@@ -128,7 +128,7 @@ def test_each_execution_of_a_bundle_keeps_its_own_outcome(instance: ProcessInsta
     assert "ValueError: this execution fails" in failed.message
     # Each execution's end comes from the worker, in the order they ran there.
     ends = [timing.infer_end_ns for timing in timings]
-    assert ends == sorted(ends)
+    assert ends[0] < ends[1] < ends[2]
     assert all(t.infer_end_ns >= t.input_end_ns > 0 for t in timings)
 
 

@@ -144,7 +144,6 @@ FIXED_HEAD = b'{"inputs": "stand-in for the header bytes"}'
 
 
 def _remembered(memo: HeaderMemo, document: dict[str, Any], head: bytes, body: bytes) -> Any:
-    layout: list[Any] = []
     walked = walk_binary_infer(
         document,
         body,
@@ -153,10 +152,9 @@ def _remembered(memo: HeaderMemo, document: dict[str, Any], head: bytes, body: b
         Tensor,
         RequestedOutput,
         MAX_BYTES_ELEMENTS,
-        layout,
     )
     assert walked is not None
-    memo.remember(head, walked, layout)
+    memo.remember(head, walked)
     return walked
 
 
@@ -195,8 +193,14 @@ def test_a_remembered_header_reads_new_data_as_the_walk_does() -> None:
         np.testing.assert_array_equal(tensor.data, expected.data)
     np.testing.assert_array_equal(inputs["X"].data, FIXED * 2)
     assert inputs["B"].data.tolist() == [False, True, False]
-    assert requested == walked_again[3] and requested is not walked[3]
-    assert binary_outputs == {"Y": True, "Z": False} and binary_outputs is not walked[4]
+    assert requested == walked_again[3]
+    assert binary_outputs == {"Y": True, "Z": False}
+    # Each recall answers with objects of its own: nothing of one request reaches another.
+    again = _recall(memo, FIXED_HEAD, second)
+    assert again[3] == requested and again[3] is not requested
+    assert again[4] == binary_outputs and again[4] is not binary_outputs
+    binary_outputs["Y"] = False
+    assert _recall(memo, FIXED_HEAD, second)[4] == {"Y": True, "Z": False}
 
 
 def test_a_remembered_header_over_a_section_of_another_size_is_not_recalled() -> None:

@@ -1,7 +1,8 @@
 """HPACK, the header compression of HTTP/2 (RFC 7541) (csrc/h2/hpack.pyx).
 
-One decoder and one encoder per connection, each called once per header block, in the
-order of the blocks on the wire::
+A decoder per connection, called once per header block, in the order of the blocks on
+the wire (the server sends constant blocks and does not use the encoder, which the tests,
+the fuzz target and bench/micro_hpack.py use)::
 
     decoder = HpackDecoder()  # SETTINGS_HEADER_TABLE_SIZE 4096, the protocol's initial one
     try:

@@ -20,7 +20,6 @@ def walk_binary_infer(
     tensor_type: Callable[[str, Any, Any], T],
     output_type: Callable[[str, int, bool], O],
     max_bytes_elements: int,
-    layout: list[tuple[str, Any, tuple[int, ...], int] | None] | None = None,
 ) -> Walked[T, O] | None:
     """(id, binary_data_output, inputs by name, requested outputs by name or None when the
     request names none, outputs' binary_data by name) of a common binary request, its
@@ -47,6 +46,5 @@ class HeaderMemo:
         self,
         header: Buffer,
         walked: Walked[Any, Any],
-        layout: list[tuple[str, Any, tuple[int, ...], int] | None],
     ) -> None:
         """Keep ``walked`` for ``header`` (not for a BYTES input or a header too long)."""

@@ -7,7 +7,7 @@ from pytriton_core.types cimport DataType
 
 
 cdef class RequestRules:
-    cdef public object spec
+    cdef object spec
     cdef object model_name
     cdef dict inputs
     cdef tuple required

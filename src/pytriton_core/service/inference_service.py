@@ -217,7 +217,9 @@ class InferenceService:
         self.submit(model, request)
 
     async def infer(self, model: Model, request: InferenceRequest) -> InferenceResponse:
-        """Submit a request expecting exactly one response (HTTP /infer)."""
+        """Submit a request expecting exactly one response, and wait for it (the in-process
+        API and the OpenAI front end; HTTP /infer calls ``begin_infer``, gRPC
+        ``submit_for_answer``)."""
         answer = self.begin_infer(model, request)
         if answer.value is not None:
             return answer.value
@@ -491,8 +493,8 @@ class SingleAnswer:
             self.future.set_result(None)
 
     async def wait(self, request: InferenceRequest) -> InferenceResponse:
-        """The final response to ``request``, once it comes; a caller that goes away (a
-        gRPC cancel or deadline, the task cancelled) cancels the request. (The answer keeps
+        """The final response to ``request``, once it comes; a caller that goes away (its
+        task cancelled) cancels the request. (The answer keeps
         no reference to its request: the request holds the answer, and a cycle between the
         two would leave every request to the garbage collector.)"""
         if self.value is None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytriton_core._native.h2_connection import H2Stream
-from pytriton_core.errors import ServerError
+from pytriton_core.errors import InvalidArgumentError, ServerError
 from pytriton_core.frontends.grpc.compression import compress, decompress, request_encoding
 from pytriton_core.frontends.grpc.infer_codec import (
     DecodedInfer,
@@ -112,6 +112,12 @@ class Call:
         if self._metadata is None:
             self._metadata = [_metadatum(name, value) for name, value in self.stream.metadata]
         return self._metadata
+
+    def refuse_unless_allowed(self) -> None:
+        """The method's restriction (``--grpc-restricted-protocol``), checked against the
+        call's metadata; an unrestricted call does not decode its metadata."""
+        if self.method.restriction is not None:
+            refuse_unless_allowed(self.method.restriction, self.metadata)
 
     def start_deadline(self) -> None:
         """Time the call out at its ``grpc-timeout``, if it has one."""
@@ -240,8 +246,7 @@ class InferCall(Call):
         verbose = log.isEnabledFor(logging.DEBUG)
         number = _verbose_start(method) if verbose else 0
         try:
-            if method.restriction is not None:
-                refuse_unless_allowed(method.restriction, call.metadata)
+            call.refuse_unless_allowed()
             service = connection.service
             decoded = decode_infer_request(service, message, unary=True)
             decoded.received_ns = received_ns
@@ -315,15 +320,13 @@ class TaskCall(Call):
         verbose = log.isEnabledFor(logging.DEBUG)
         number = _verbose_start(method) if verbose else 0
         try:
-            if method.restriction is not None:
-                refuse_unless_allowed(method.restriction, self.metadata)
+            self.refuse_unless_allowed()
             assert method.parse is not None and method.handler is not None
             try:
                 request = method.parse(message)
             except Exception as exc:  # protobuf's DecodeError
-                raise CallStatus(
-                    StatusCode.INVALID_ARGUMENT,
-                    f"failed to parse the {method.rpc} request message: {exc}",
+                raise InvalidArgumentError(
+                    f"failed to parse the {method.rpc} request message: {exc}"
                 ) from None
             response = await method.handler(request)
             self.answer(response.SerializeToString())
@@ -385,8 +388,7 @@ class StreamCall(Call):
 
     async def _run(self, body: StreamBody) -> None:
         try:
-            if self.method.restriction is not None:
-                refuse_unless_allowed(self.method.restriction, self.metadata)
+            self.refuse_unless_allowed()
             await body(self)
         except asyncio.CancelledError:
             return  # reset by the client, or timed out

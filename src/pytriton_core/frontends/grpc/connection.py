@@ -93,7 +93,7 @@ class GrpcConnection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._timers: dict[str, asyncio.TimerHandle] = {}
         # Keepalive and the client's pings.
-        self._ping_sent_at = 0.0  # monotonic; 0: no ping of ours unanswered
+        self._ping_unanswered = False  # a keepalive ping of ours awaits its ACK
         self._pings_without_data = 0
         self._last_ping_received = float("-inf")
         self._ping_strikes = 0
@@ -262,7 +262,7 @@ class GrpcConnection(asyncio.Protocol):
             self.close()
 
     def ping_acked(self, opaque: bytes) -> None:
-        self._ping_sent_at = 0.0
+        self._ping_unanswered = False
 
     def goaway_received(self, last_stream_id: int, code: int) -> None:
         log.debug("GRPC client sent GOAWAY (error code %d)", code)
@@ -270,7 +270,7 @@ class GrpcConnection(asyncio.Protocol):
     def _keepalive(self) -> None:
         options = self._options
         self._after("keepalive", options.keepalive_time_ms / 1000, self._keepalive)
-        if self._transport is None or self._ping_sent_at:
+        if self._transport is None or self._ping_unanswered:
             return
         if not self.h2.streams and not options.keepalive_permit_without_calls:
             return
@@ -278,7 +278,7 @@ class GrpcConnection(asyncio.Protocol):
         if limit and self._pings_without_data >= limit:
             return
         self._pings_without_data += 1
-        self._ping_sent_at = time.monotonic()
+        self._ping_unanswered = True
         self.h2.ping(b"keepaliv")
         self.flush()
         self._after("watchdog", options.keepalive_timeout_ms / 1000, self._keepalive_watchdog)
@@ -287,7 +287,7 @@ class GrpcConnection(asyncio.Protocol):
         # The timer belongs to the ping now unanswered (a new ping replaces it), so no
         # clock check: the loop's cached time can fire it a little before the monotonic
         # clock says the timeout is up, and a check would then never close the connection.
-        if self._ping_sent_at:
+        if self._ping_unanswered:
             log.debug("GRPC connection closed: no answer to the keepalive ping")
             self.abort()
 
@@ -309,8 +309,8 @@ class GrpcConnection(asyncio.Protocol):
             self.close()
 
     def cancel_calls(self) -> None:
-        """The server stops: what is still running ends, CANCELLED (as gRPC core's
-        shutdown does)."""
+        """The server stops: what is still running is cancelled, and its call ends
+        UNAVAILABLE, "the server is shutting down"."""
         for stream in list(self.h2.streams.values()):
             call = stream.call
             if isinstance(call, Call):

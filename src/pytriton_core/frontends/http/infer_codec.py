@@ -366,7 +366,6 @@ def decode_infer_request(
         # The common binary request in one compiled pass; None: the general decode reads it.
         # (A body without Inference-Header-Content-Length is all JSON: its tensors are
         # read from JSON, by the general decode.)
-        layout: list[Any] | None = [] if memo is not None else None
         walked = walk_binary_infer(
             document,
             body,
@@ -375,11 +374,10 @@ def decode_infer_request(
             Tensor,
             RequestedOutput,
             limits.max_bytes_elements,
-            layout,
         )
         if walked is not None:
-            if memo is not None and layout is not None:
-                memo.remember(json_part, walked, layout)
+            if memo is not None:
+                memo.remember(json_part, walked)
             return _walked(request, walked)
     cursor = _BinaryCursor(body, binary_start, model.name, limits.max_bytes_elements)
     return _decode_document(document, request, cursor, service, model.name, allowed_reserved)

@@ -120,11 +120,7 @@ class InferHandler:
         self, model: Model, request: Request, body: Buffer, reserved: tuple[str, ...]
     ) -> DecodedInfer:
         """The body decoded, with the headers forwarded to the model."""
-        header_length = (
-            _header_length(request, len(body))
-            if "inference-header-content-length" in request.headers
-            else None
-        )
+        header_length = _header_length(request, len(body))
         decoded = decode_infer_request(
             model, body, header_length, self._service, reserved, memo=self._header_memo
         )
