@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -270,12 +271,17 @@ class _TraceFile:
                     entries = list(orjson.loads(target.read_bytes())) + entries
                 except (OSError, orjson.JSONDecodeError):
                     pass
+        # Written beside it, then renamed over it: a reader of the file (a test waiting for
+        # it, a user's tool) never sees it created but not yet written.
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(orjson.dumps(entries))
+            partial.write_bytes(orjson.dumps(entries))
+            os.replace(partial, target)
             self._written.add(self.path)
         except OSError as exc:
             log.error("failed to write trace file '%s': %s", target, exc)
+            partial.unlink(missing_ok=True)
 
 
 class _OpenTelemetryExporter:
