@@ -65,6 +65,9 @@ class Server:
             allow_metrics=False,
             model_control_mode=ModelControlMode.EXPLICIT,
             load_models=("*",),
+            # This process has threads of its own: the loop does not poll for the GIL
+            # between requests (frontends/busy_poll.py).
+            busy_poll_us=0,
         )
         if model_repository is not None:
             paths = (

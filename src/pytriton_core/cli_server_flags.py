@@ -127,6 +127,14 @@ def add_server_flag_arguments(
         help="gRPC metadata whose keys match reach the model as request parameters",
     )
     add(
+        "--busy-poll-us",
+        type=_at_least(0),
+        default=_DEFAULTS.busy_poll_us,
+        metavar="MICROSECONDS",
+        help="after answering a request on its event loop, poll the sockets this long for "
+        "the next one instead of sleeping (lower latency for lone clients); 0: never",
+    )
+    add(
         "--model-load-thread-count",
         type=_at_least(1),
         default=_DEFAULTS.model_load_thread_count,
@@ -177,6 +185,7 @@ def server_flag_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "reuse_http_port": args.reuse_http_port,
         "http_header_forward_pattern": args.http_header_forward_pattern,
+        "busy_poll_us": args.busy_poll_us,
         "model_load_thread_count": args.model_load_thread_count,
         "model_load_retry_count": args.model_load_retry_count,
         "model_namespacing": args.model_namespacing,

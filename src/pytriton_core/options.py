@@ -316,6 +316,9 @@ class ServerOptions:
     # parameters; None: none do.
     http_header_forward_pattern: str | None = None
     http_tls: TlsOptions = field(default_factory=TlsOptions)
+    # --busy-poll-us: after the event loop answers a request itself, it polls its sockets
+    # this long for the next one instead of sleeping (frontends/busy_poll.py); 0: never.
+    busy_poll_us: int = 100
     limits: LimitOptions = field(default_factory=LimitOptions)
     # --debug-live-objects: GET /v2/debug/live_objects answers a census of what requests
     # leave behind (service/census.py), for leak checks; off, the path does not exist.

@@ -9,6 +9,7 @@ import signal
 from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.errors import InternalError
+from pytriton_core.frontends.busy_poll import BusyPoll
 from pytriton_core.frontends.grpc import GrpcFrontend
 from pytriton_core.frontends.http import HttpFrontend
 from pytriton_core.frontends.openai import openai_router
@@ -164,8 +165,14 @@ class ServerRuntime:
             self._poller = asyncio.get_running_loop().create_task(
                 manager.poll_forever(self.options.repository_poll_secs)
             )
+        # One polling window for the loop, shared by its front ends (0: none).
+        busy_poll = (
+            BusyPoll(asyncio.get_running_loop(), self.options.busy_poll_us)
+            if self.options.busy_poll_us > 0
+            else None
+        )
         if self.options.allow_http:
-            self._http = HttpFrontend(self._service)
+            self._http = HttpFrontend(self._service, busy_poll=busy_poll)
             self.http_port = await self._http.start(
                 self.options.http_address, self.options.http_port
             )
@@ -176,7 +183,7 @@ class ServerRuntime:
                 self.options.openai_address or self.options.http_address, self.options.openai_port
             )
         if self.options.allow_grpc:
-            self._grpc = GrpcFrontend(self._service)
+            self._grpc = GrpcFrontend(self._service, busy_poll)
             self.grpc_port = await self._grpc.start(
                 self.options.grpc_address, self.options.grpc_port
             )

@@ -39,6 +39,7 @@ from pytriton_core._native.h2_connection import (
     H2Stream,
 )
 from pytriton_core._native.hpack import HpackDecoder
+from pytriton_core.frontends.busy_poll import BusyPoll
 from pytriton_core.frontends.grpc.calls import Call, Method, StreamCall, decompressed
 from pytriton_core.frontends.grpc.compression import NONE, response_encoding
 from pytriton_core.frontends.grpc.status import METHOD_NOT_FOUND, CallStatus, StatusCode
@@ -63,6 +64,7 @@ class Endpoint:
     methods: Mapping[bytes, Method]  # by path, "/inference.GRPCInferenceService/ModelInfer"
     streaming_paths: frozenset[bytes]
     connections: set[GrpcConnection] = field(default_factory=set)
+    busy_poll: BusyPoll | None = None  # the server's, for its loop (frontends/busy_poll.py)
 
     @property
     def options(self) -> GrpcOptions:
@@ -223,7 +225,14 @@ class GrpcConnection(asyncio.Protocol):
         except CallStatus as status:
             self.h2.send_status(stream, status.code, status.message)
             return None
-        return method.start(self, stream, method, message)
+        call = method.start(self, stream, method, message)
+        poll = self._endpoint.busy_poll
+        if poll is not None:
+            if call is None:  # answered on the loop, within this step
+                poll.answered()
+            else:
+                poll.waiting()
+        return call
 
     def stream_started(self, stream: H2Stream) -> Call | None:
         method = self._endpoint.methods.get(stream.path)

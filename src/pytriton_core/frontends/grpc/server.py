@@ -15,6 +15,7 @@ import errno
 import logging
 
 from pytriton_core.errors import InternalError, InvalidArgumentError, UnavailableError
+from pytriton_core.frontends.busy_poll import BusyPoll
 from pytriton_core.frontends.grpc.connection import Endpoint, GrpcConnection
 from pytriton_core.frontends.grpc.health import health_methods
 from pytriton_core.frontends.grpc.service import GrpcInferenceService
@@ -36,8 +37,9 @@ def _tls_options(options: GrpcOptions) -> TlsOptions:
 
 
 class GrpcFrontend:
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, busy_poll: BusyPoll | None = None) -> None:
         self._service = service
+        self._busy_poll = busy_poll  # the server's, for its loop (frontends/busy_poll.py)
         self._server: asyncio.AbstractServer | None = None
         self._endpoint: Endpoint | None = None
         # None without TLS; else reloads the certificate files (SIGHUP).
@@ -50,7 +52,10 @@ class GrpcFrontend:
         methods.update(health_methods(self._service))
         streaming = frozenset(path.encode() for path, m in methods.items() if m.stream_body)
         endpoint = Endpoint(
-            self._service, {path.encode(): m for path, m in methods.items()}, streaming
+            self._service,
+            {path.encode(): m for path, m in methods.items()},
+            streaming,
+            busy_poll=self._busy_poll,
         )
         tls = _tls_options(options)
         if tls.enabled:

@@ -2,6 +2,7 @@
 # is an extension type, so every request's path through it (bytes in, the handler's first
 # step, the answer out) reads typed fields and makes C calls.
 
+from pytriton_core.frontends.busy_poll cimport BusyPoll
 from pytriton_core.frontends.http.exchange cimport Exchange
 from pytriton_core.frontends.http.messages cimport HttpResponse
 
@@ -32,6 +33,7 @@ cdef class HttpProtocol:
     cdef object _idle_timer
     cdef double _idle_since
     cdef object _peer_check
+    cdef BusyPoll _busy_poll
 
     cdef void _update_reading(self) except *
     cpdef void _start_next(self) except *

@@ -53,6 +53,7 @@ from pytriton_core._native.http_framing import (
     framing_error,
 )
 from pytriton_core.errors import ServerError, UnavailableError
+from pytriton_core.frontends.busy_poll import BusyPoll
 from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE, Exchange
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.messages import (
@@ -96,9 +97,14 @@ class HttpFrontend:
     OpenAI front end hands its own), with the HTTP settings of the server's options."""
 
     def __init__(
-        self, service: InferenceService, router: Router | None = None, name: str = "HTTPService"
+        self,
+        service: InferenceService,
+        router: Router | None = None,
+        name: str = "HTTPService",
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         self._service = service
+        self._busy_poll = busy_poll  # the server's, for its loop (frontends/busy_poll.py)
         self._router = router if router is not None else build_router(service)
         self._name = name  # in the log, as tritonserver names its services
         self._server: asyncio.AbstractServer | None = None
@@ -118,7 +124,14 @@ class HttpFrontend:
         try:
             self._server = await loop.create_server(
                 lambda: as_protocol(
-                    HttpProtocol(self._router, max_body, self._connections, limits, idle_timeout)
+                    HttpProtocol(
+                        self._router,
+                        max_body,
+                        self._connections,
+                        limits,
+                        idle_timeout,
+                        self._busy_poll,
+                    )
                 ),
                 host,
                 port,
@@ -169,8 +182,10 @@ class HttpProtocol:
         registry: set[HttpProtocol],
         limits: LimitOptions | None = None,
         idle_timeout_s: float | None = None,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         self._router = router
+        self._busy_poll = busy_poll  # None: the loop sleeps between requests
         self._registry = registry
         self._limits = limits = limits if limits is not None else LimitOptions()
         self._max_pipelined = limits.http_max_pipelined_requests
@@ -358,6 +373,11 @@ class HttpProtocol:
             _drive(self._handle(item, received_start, received_end), contextvars.copy_context())
         finally:
             self._driving = False
+        if self._busy_poll is not None:
+            if self._busy:  # its handler waits for work elsewhere
+                self._busy_poll.waiting()
+            else:  # answered within this first step, on the loop
+                self._busy_poll.answered()
 
     async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
         if log.isEnabledFor(logging.DEBUG):
