@@ -23,6 +23,7 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import Tensor
+from pytriton_core.runtime import instance as instance_module
 from pytriton_core.runtime.instance import INLINE_AFTER
 from pytriton_core.runtime.model import Model, ModelState
 
@@ -266,3 +267,76 @@ def test_several_instances_share_what_is_held() -> None:
         return [sizes]
 
     assert asyncio.run(scenario()) == [[3, 2]]
+
+
+class _Timed(BackendModel, BackendInstance):
+    """Holds the GIL as it executes (so short executions may run on the loop); each takes
+    the next of ``durations_s`` (then none), and tells where it ran."""
+
+    loop_execution = True
+
+    def __init__(self, durations_s: list[float]) -> None:
+        self.durations_s = durations_s
+        self.ran_on: list[str] = []
+
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance:
+        return self
+
+    def execute(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming
+    ) -> Sequence[InferenceResponse | None]:
+        self.ran_on.append(threading.current_thread().name)
+        if self.durations_s:
+            time.sleep(self.durations_s.pop(0))
+        return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
+
+
+def _where_lone_requests_run(durations_s: list[float], count: int) -> list[str]:
+    """Where each of ``count`` requests, sent one at a time, executed: "loop" or "thread"."""
+
+    async def scenario() -> list[str]:
+        backend = _Timed(durations_s)
+        model = _model(backend, asyncio.get_running_loop())
+        for _ in range(count):
+            answers: list[InferenceResponse] = []
+            model.submit(_request(answers))
+            while not answers:  # (sleeping, so an execution in the thread gets the GIL)
+                await asyncio.sleep(0.001)
+        await model.stop(5.0)
+        loop_thread = threading.current_thread().name
+        return ["loop" if name == loop_thread else "thread" for name in backend.ran_on]
+
+    return asyncio.run(scenario())
+
+
+# The inline budget raised far above what a loaded machine's preemptions add to a short
+# execution, and a long one far above it.
+BUDGET_NS = 50_000_000
+LONG_S = 0.2
+
+
+@pytest.fixture
+def wide_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(instance_module, "INLINE_BUDGET_NS", BUDGET_NS)
+
+
+@pytest.mark.usefixtures("wide_budget")
+def test_short_executions_move_to_the_loop_and_a_long_one_sends_them_back() -> None:
+    # INLINE_AFTER short ones in the thread; then on the loop, until one takes long.
+    durations = [0.0] * (INLINE_AFTER + 2) + [LONG_S]
+    where = _where_lone_requests_run(durations, INLINE_AFTER + 5)
+    assert where[:INLINE_AFTER] == ["thread"] * INLINE_AFTER
+    assert where[INLINE_AFTER : INLINE_AFTER + 3] == ["loop"] * 3  # the third is the long one
+    assert where[INLINE_AFTER + 3 :] == ["thread"] * 2
+
+
+@pytest.mark.usefixtures("wide_budget")
+def test_a_lone_long_execution_after_a_long_run_of_short_ones_is_forgiven_once() -> None:
+    # After twice INLINE_AFTER short ones, one long execution (a preemption, most likely)
+    # keeps the executions on the loop; a second within INLINE_AFTER sends them away.
+    shorts = 2 * INLINE_AFTER
+    durations = [0.0] * shorts + [LONG_S] + [0.0] * 3 + [LONG_S]
+    where = _where_lone_requests_run(durations, shorts + 7)
+    assert where[INLINE_AFTER:shorts] == ["loop"] * INLINE_AFTER
+    assert where[shorts : shorts + 5] == ["loop"] * 5  # the long one, 3 short, the 2nd long
+    assert where[shorts + 5 :] == ["thread"] * 2

@@ -8,7 +8,8 @@ the instance's last ``INLINE_AFTER`` executions each took under ``INLINE_BUDGET_
 (with the dynamic batcher, the batch the requests of one loop turn form runs inline at the
 end of the turn, on the same conditions);
 one execution over the budget sends the next ones back to the thread until that many
-short ones have run there again.
+short ones have run there again (a lone one after twice that many short ones is taken for
+a preemption of the thread, and forgiven once).
 
 A backend whose work runs in another process (``BackendModel.loop_dispatch``: process-mode
 Python models) has its batches started and finished on the loop instead
@@ -362,7 +363,16 @@ class ModelInstance:
         timing.close()
         self._running_batch = None
         short = timing.end_ns - timing.start_ns < INLINE_BUDGET_NS
-        self._short_streak = self._short_streak + 1 if short else 0
+        if short:
+            self._short_streak += 1
+        elif self._short_streak >= 2 * INLINE_AFTER:
+            # One long execution after a long run of short ones: the clock is the wall's, and
+            # most likely the thread was preempted meanwhile (under load on a small machine
+            # it is, now and then). It is forgiven: the executions stay where they run, but
+            # another long one within ``INLINE_AFTER`` sends them to the thread.
+            self._short_streak = INLINE_AFTER
+        else:
+            self._short_streak = 0
         # Before the next batch: a sequence's state and re-queued requests are settled
         # in execution order.
         retained: Retained
