@@ -200,7 +200,9 @@ cdef class HeaderMemo:
 
     Clients that send one request over and over (perf_analyzer, a service calling a model)
     send the same header each time: a header seen before skips the JSON parse and the walk,
-    and only its arrays are made again, views of the new body. Only what the walk read in
+    and only its arrays are made again, views of the new body. A whole JSON body whose
+    tensors are all in shared memory is kept likewise (``remember_document``), with the
+    front end's reading of it. Only what the walk read in
     full is kept (no BYTES inputs: their elements come from the body), for headers of at
     most ``max_header_bytes``; at ``capacity`` headers the memo starts over, so a client
     sending ever new headers costs one dict of bounded size. One memo serves one server:
@@ -208,16 +210,37 @@ cdef class HeaderMemo:
     """
 
     cdef dict _plans
+    cdef dict _documents
     cdef Py_ssize_t _capacity
     cdef Py_ssize_t _max_header_bytes
 
     def __cinit__(self, Py_ssize_t capacity=256, Py_ssize_t max_header_bytes=2048):
         self._plans = {}
+        self._documents = {}
         self._capacity = capacity
         self._max_header_bytes = max_header_bytes
 
     def __len__(self):
-        return len(self._plans)
+        return len(self._plans) + len(self._documents)
+
+    def recall_document(self, body):
+        """What ``remember_document`` kept for a whole JSON body (a bytes-like object), or
+        None."""
+        cdef PyObject* found
+        if not self._documents or len(body) > self._max_header_bytes:
+            return None
+        found = PyDict_GetItem(self._documents, bytes(body))
+        return None if found is NULL else <object>found
+
+    def remember_document(self, body, plan not None):
+        """Keep the general decode's reading ``plan`` of a whole JSON body (no binary
+        section): the front end's to make and to apply (``frontends/http/infer_codec.py``
+        keeps one for requests whose tensors are all in shared memory)."""
+        if len(body) > self._max_header_bytes:
+            return
+        if len(self._documents) >= self._capacity:
+            self._documents.clear()
+        self._documents[bytes(body)] = plan
 
     def recall(self, header, body, Py_ssize_t offset, tensor_type, output_type):
         """The walk's answer for a remembered ``header`` (a bytes-like object) over

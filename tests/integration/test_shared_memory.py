@@ -219,6 +219,38 @@ def test_input_in_shared_memory_output_in_the_response(client: Client, protocol:
         assert np.array_equal(result.as_numpy("OUTPUT0"), array)
 
 
+def test_the_same_http_body_sent_again_reads_its_regions_anew(server: ServerHandle) -> None:
+    """The HTTP front end keeps its reading of a body whose tensors are all in shared
+    memory, and reads the same body sent again from it (no JSON parse): each time the input
+    is read from the region and the output written to it anew, and a region unregistered
+    meanwhile is refused as the general decode refuses it (a body it has not seen: the same
+    request under another id)."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    request = ("dtype_fp32", "FP32", [1, 16])
+    with client_region(128) as (handle, name, key):
+        client.register_system_shared_memory(name, key, 128)
+        for step in range(5):
+            values = np.arange(16, dtype=np.float32) * (step + 1)
+            _write(handle, values.tobytes())
+            _shm_infer(client, "http", *request, (name, 64, 0), (name, 64, 64))
+            assert _read(handle, 64, offset=64) == values.tobytes()
+        client.unregister_system_shared_memory(name)
+        remembered = _error(_shm_infer, client, "http", *request, (name, 64, 0), (name, 64, 64))
+        tensor = httpclient.InferInput("INPUT0", [1, 16], "FP32")
+        tensor.set_shared_memory(name, 64)
+        output = httpclient.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory(name, 64, offset=64)
+        general = _error(client.infer, "dtype_fp32", [tensor], outputs=[output], request_id="x")
+        assert remembered == general
+        assert remembered == ("404", f"Unable to find shared memory region: '{name}'")
+        client.register_system_shared_memory(name, key, 128)  # and served again
+        _write(handle, np.full(16, 7, np.float32).tobytes())
+        _shm_infer(client, "http", *request, (name, 64, 0), (name, 64, 64))
+        assert _read(handle, 64, offset=64) == np.full(16, 7, np.float32).tobytes()
+        client.unregister_system_shared_memory(name)
+    client.close()
+
+
 def test_a_registered_region_can_start_at_an_offset_of_the_object(
     client: Client, protocol: str
 ) -> None:

@@ -48,3 +48,7 @@ class HeaderMemo:
         walked: Walked[Any, Any],
     ) -> None:
         """Keep ``walked`` for ``header`` (not for a BYTES input or a header too long)."""
+    def recall_document(self, body: Buffer) -> Any:
+        """What ``remember_document`` kept for this whole JSON body, or None."""
+    def remember_document(self, body: Buffer, plan: object) -> None:
+        """Keep the front end's reading ``plan`` of a whole JSON body (not one too long)."""

@@ -16,7 +16,20 @@ cdef class DecodedInfer:
     cdef public dict reserved
 
 
-@cython.locals(request=InferenceRequest, walked=tuple, binary_start=Py_ssize_t)
+cdef class _ShmPlan:
+    cdef str request_id
+    cdef bint binary_by_default
+    cdef tuple inputs
+    cdef tuple outputs
+
+    @cython.locals(decoded=DecodedInfer, inputs=dict, requested=dict)
+    cpdef DecodedInfer apply(self, InferenceRequest request, object service, str model_name)
+
+
+@cython.locals(
+    request=InferenceRequest, walked=tuple, binary_start=Py_ssize_t, plan=_ShmPlan,
+    decoded=DecodedInfer, remembering=bint,
+)
 cpdef DecodedInfer decode_infer_request(
     Model model,
     object body,

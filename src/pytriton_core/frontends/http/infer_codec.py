@@ -28,7 +28,9 @@ from pytriton_core.errors import (
 from pytriton_core.frontends.http.json_body import parse_json
 from pytriton_core.frontends.http.messages import JSON, Buffer, HttpResponse
 from pytriton_core.frontends.infer_rules import (
+    BYTE_SIZE,
     INT64_MAX,
+    OFFSET,
     REGION,
     check_shm_output,
     requested_output,
@@ -41,7 +43,7 @@ from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
 from pytriton_core.inference.tensor import Tensor
 from pytriton_core.inference.tensor_data import array_from_bytes, array_to_bytes, datatype_from_wire
-from pytriton_core.memory import ShmOutput
+from pytriton_core.memory import ShmOutput, ShmReference
 from pytriton_core.runtime.model import Model
 from pytriton_core.service import InferenceService
 
@@ -342,6 +344,7 @@ def decode_infer_request(
     if header_length == 0:
         return _decode_raw_binary(model, body, request)
     limits = service.options.limits
+    remembering = memo is not None and not allowed_reserved and not general
     if header_length is None:
         json_part: Buffer = body
         binary_start = len(body)  # no binary section
@@ -352,7 +355,13 @@ def decode_infer_request(
             )
         json_part = memoryview(body)[:header_length]
         binary_start = header_length
-        if memo is not None and not allowed_reserved and not general:
+    if remembering:
+        assert memo is not None
+        if binary_start == len(body):  # all JSON (perf_analyzer's shared-memory requests)
+            plan: _ShmPlan | None = memo.recall_document(json_part)
+            if plan is not None:
+                return plan.apply(request, service, model.name)
+        if header_length is not None:
             walked = memo.recall(json_part, body, binary_start, Tensor, RequestedOutput)
             if walked is not None:
                 return _walked(request, walked)
@@ -380,7 +389,13 @@ def decode_infer_request(
                 memo.remember(json_part, walked)
             return _walked(request, walked)
     cursor = _BinaryCursor(body, binary_start, model.name, limits.max_bytes_elements)
-    return _decode_document(document, request, cursor, service, model.name, allowed_reserved)
+    decoded = _decode_document(document, request, cursor, service, model.name, allowed_reserved)
+    if remembering and binary_start == len(body):
+        assert memo is not None
+        plan = _shm_plan(document, decoded)
+        if plan is not None:
+            memo.remember_document(json_part, plan)
+    return decoded
 
 
 def _walked(request: InferenceRequest, walked: Walked[Tensor, RequestedOutput]) -> DecodedInfer:
@@ -389,6 +404,114 @@ def _walked(request: InferenceRequest, walked: Walked[Tensor, RequestedOutput]) 
     if requested is not None:
         request.requested_outputs = requested
     return DecodedInfer(request, binary_outputs, binary_by_default)
+
+
+_PLAN_DOCUMENT_KEYS = frozenset(("id", "inputs", "outputs", "parameters"))
+_PLAN_INPUT_KEYS = frozenset(("name", "datatype", "shape", "parameters"))
+_PLAN_OUTPUT_KEYS = frozenset(("name", "parameters"))
+_SHM_KEYS = frozenset((REGION, BYTE_SIZE, OFFSET))
+_PLAN_OUTPUT_PARAMETER_KEYS = _SHM_KEYS | {"binary_data", "classification"}
+
+
+class _ShmPlan:
+    """The general decode's reading of a whole JSON body whose inputs are all in shared
+    memory (what perf_analyzer and shared-memory clients send over and over), kept in the
+    server's ``HeaderMemo`` by the body's bytes (an extension type, infer_codec.pxd).
+
+    Applying it makes the calls the general decode made, in its order, with the values it
+    read: each input over its region (``shm_input``), then each output bound for a region
+    (``shm_output``). So a region unregistered, resized or out of range since is refused as
+    the general decode refuses it; only the JSON parse and the walk of the document are
+    skipped.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        binary_by_default: bool,
+        inputs: tuple[tuple[str, types.DataType, tuple[int, ...], ShmReference], ...],
+        outputs: tuple[tuple[str, ShmReference | None, bool], ...] | None,
+    ) -> None:
+        self.request_id = request_id
+        self.binary_by_default = binary_by_default
+        self.inputs = inputs  # (name, datatype, shape, region reference), in body order
+        self.outputs = outputs  # (name, region reference or None, binary_data); None: none named
+
+    def apply(
+        self, request: InferenceRequest, service: InferenceService, model_name: str
+    ) -> DecodedInfer:
+        request_id = self.request_id
+        request.id = request_id
+        decoded = DecodedInfer(request)
+        decoded.binary_by_default = self.binary_by_default
+        inputs = request.inputs
+        for name, datatype, shape, ref in self.inputs:
+            inputs[name] = service.shm_input(
+                ref,
+                datatype,
+                list(shape),
+                input_name=name,
+                model_name=model_name,
+                request_id=request_id,
+            )
+        if self.outputs is not None:
+            requested: dict[str, RequestedOutput] = {}
+            binary_outputs = decoded.binary_outputs
+            shm_outputs = decoded.shm_outputs
+            for name, region, binary in self.outputs:
+                requested[name] = requested_output(service, name, 0, region, shm_outputs)
+                binary_outputs[name] = binary
+            request.requested_outputs = requested
+        return decoded
+
+
+def _shm_plan(document: Any, decoded: DecodedInfer) -> _ShmPlan | None:
+    """The plan of a body the general decode read (``document``, ``decoded``) when every
+    input is in shared memory and nothing else is set but the outputs (each bound for a
+    region or not) and ``binary_data_output``; else None."""
+    if not _PLAN_DOCUMENT_KEYS.issuperset(document):
+        return None
+    parameters = document.get("parameters")
+    if parameters is not None and not {"binary_data_output"}.issuperset(parameters):
+        return None
+    request = decoded.request
+    inputs = []
+    for entry in document["inputs"]:
+        entry_parameters = entry.get("parameters") or {}
+        if (
+            not _PLAN_INPUT_KEYS.issuperset(entry)
+            or REGION not in entry_parameters
+            or not _SHM_KEYS.issuperset(entry_parameters)
+        ):
+            return None
+        name = entry["name"]
+        reference = shm_reference(_JsonParameters(entry_parameters), name)
+        inputs.append((name, request.inputs[name].datatype, tuple(entry["shape"]), reference))
+    outputs = None
+    raw_outputs = document.get("outputs")
+    if raw_outputs is not None:
+        outputs = []
+        for entry in raw_outputs:
+            entry_parameters = entry.get("parameters") or {}
+            if (
+                not _PLAN_OUTPUT_KEYS.issuperset(entry)
+                or not _PLAN_OUTPUT_PARAMETER_KEYS.issuperset(entry_parameters)
+                or entry_parameters.get("classification", 0) != 0
+            ):
+                return None
+            name = entry["name"]
+            region = (
+                shm_reference(_JsonParameters(entry_parameters), name)
+                if REGION in entry_parameters
+                else None
+            )
+            outputs.append((name, region, decoded.binary_outputs[name]))
+    return _ShmPlan(
+        request.id,
+        decoded.binary_by_default,
+        tuple(inputs),
+        None if outputs is None else tuple(outputs),
+    )
 
 
 def _decode_document(
