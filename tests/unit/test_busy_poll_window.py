@@ -62,13 +62,15 @@ def test_a_request_that_waits_closes_the_window_at_the_next_turn(
 
 
 def test_a_later_answer_extends_the_window(loop: asyncio.AbstractEventLoop) -> None:
-    poll = BusyPoll(loop, 30_000)  # 30 ms
+    poll = BusyPoll(loop, 200_000)  # 200 ms
     poll.answered()
+    open_before_each_answer = []
 
     async def answer_every_10_ms() -> None:
-        for _ in range(6):  # 60 ms in all: twice the window
+        for _ in range(30):  # 300 ms in all: past the first answer's window
             await asyncio.sleep(0.01)
+            open_before_each_answer.append(poll.polling)
             poll.answered()
 
     loop.run_until_complete(answer_every_10_ms())
-    assert poll.polling
+    assert all(open_before_each_answer)
