@@ -469,24 +469,26 @@ def _shm_plan(document: Any, decoded: DecodedInfer) -> _ShmPlan | None:
     """The plan of a body the general decode read (``document``, ``decoded``) when every
     input is in shared memory and nothing else is set but the outputs (each bound for a
     region or not) and ``binary_data_output``; else None."""
-    if not _PLAN_DOCUMENT_KEYS.issuperset(document):
-        return None
-    parameters = document.get("parameters")
-    if parameters is not None and not {"binary_data_output"}.issuperset(parameters):
-        return None
+    # Every all-JSON request comes here once: the check that turns away the common one (an
+    # input with its data in the JSON) comes first.
     request = decoded.request
     inputs = []
     for entry in document["inputs"]:
         entry_parameters = entry.get("parameters") or {}
         if (
-            not _PLAN_INPUT_KEYS.issuperset(entry)
-            or REGION not in entry_parameters
+            REGION not in entry_parameters
             or not _SHM_KEYS.issuperset(entry_parameters)
+            or not _PLAN_INPUT_KEYS.issuperset(entry)
         ):
             return None
         name = entry["name"]
         reference = shm_reference(_JsonParameters(entry_parameters), name)
         inputs.append((name, request.inputs[name].datatype, tuple(entry["shape"]), reference))
+    if not _PLAN_DOCUMENT_KEYS.issuperset(document):
+        return None
+    parameters = document.get("parameters")
+    if parameters is not None and not {"binary_data_output"}.issuperset(parameters):
+        return None
     outputs = None
     raw_outputs = document.get("outputs")
     if raw_outputs is not None:
