@@ -381,7 +381,16 @@ cdef class RequestAssembler:
                 self._held_version = self._get_http_version()
                 return
             raise FramingError("body shorter than its Content-Length")
-        self._complete(self._should_keep_alive(), self._get_http_version())
+        keep_alive = self._should_keep_alive()
+        self._complete(keep_alive, self._version(keep_alive))
+
+    cdef str _version(self, bint keep_alive):
+        """The message's HTTP version. llhttp accepts only 0.9, 1.0, 1.1 and 2.0, and keeps
+        a connection alive without a ``Connection`` header only in 1.1: that common case
+        needs no call (httptools formats the version string anew on each)."""
+        if keep_alive and "connection" not in self._headers:
+            return "1.1"
+        return self._get_http_version()
 
     def feed(self, bytes data not None):
         """Parse ``data``: requests completed by it go to ``drain()``. Raises what the
@@ -442,7 +451,7 @@ cdef class RequestAssembler:
         if not self._should_keep_alive():
             return 0
         self._held_keep_alive = True
-        self._held_version = self._get_http_version()
+        self._held_version = self._version(True)
         self._awaiting_body = True
         return 0
 

@@ -13,7 +13,10 @@ cimport cython
 from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Size
 from cpython.list cimport PyList_CheckExact
 from cpython.long cimport PyLong_CheckExact
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
+from libc.string cimport memcmp
 from cpython.unicode cimport PyUnicode_CheckExact
 
 import numpy as np
@@ -194,6 +197,19 @@ cdef class _Plan:
                 dict(self.binary_outputs))
 
 
+cdef bint _same_bytes(data, bytes key) except -1:
+    """Whether the bytes-like ``data`` holds exactly ``key``'s bytes (False for no key)."""
+    cdef Py_buffer view
+    cdef bint same
+    if key is None:
+        return False
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    same = (view.len == PyBytes_GET_SIZE(key)
+            and memcmp(view.buf, PyBytes_AS_STRING(key), view.len) == 0)
+    PyBuffer_Release(&view)
+    return same
+
+
 @cython.final
 cdef class HeaderMemo:
     """The walk's reading of common binary requests, by the exact bytes of their JSON header.
@@ -213,6 +229,12 @@ cdef class HeaderMemo:
     cdef dict _documents
     cdef Py_ssize_t _capacity
     cdef Py_ssize_t _max_header_bytes
+    # The last key each dict answered, with its value: a client repeating one request
+    # finds it by comparing bytes, without copying the key out of the body and hashing it.
+    cdef bytes _last_header
+    cdef _Plan _last_plan
+    cdef bytes _last_document
+    cdef object _last_document_plan
 
     def __cinit__(self, Py_ssize_t capacity=256, Py_ssize_t max_header_bytes=2048):
         self._plans = {}
@@ -229,8 +251,15 @@ cdef class HeaderMemo:
         cdef PyObject* found
         if not self._documents or len(body) > self._max_header_bytes:
             return None
-        found = PyDict_GetItem(self._documents, bytes(body))
-        return None if found is NULL else <object>found
+        if _same_bytes(body, self._last_document):
+            return self._last_document_plan
+        key = bytes(body)
+        found = PyDict_GetItem(self._documents, key)
+        if found is NULL:
+            return None
+        self._last_document = key
+        self._last_document_plan = <object>found
+        return self._last_document_plan
 
     def remember_document(self, body, plan not None):
         """Keep the general decode's reading ``plan`` of a whole JSON body (no binary
@@ -249,10 +278,14 @@ cdef class HeaderMemo:
         cdef PyObject* found
         if not self._plans or len(header) > self._max_header_bytes:
             return None
-        found = PyDict_GetItem(self._plans, bytes(header))
-        if found is NULL:
-            return None
-        return (<_Plan>found).apply(body, offset, tensor_type, output_type)
+        if not _same_bytes(header, self._last_header):
+            key = bytes(header)
+            found = PyDict_GetItem(self._plans, key)
+            if found is NULL:
+                return None
+            self._last_header = key
+            self._last_plan = <_Plan>found
+        return self._last_plan.apply(body, offset, tensor_type, output_type)
 
     def remember(self, header, tuple walked not None):
         """Keep the walk's answer ``walked`` for ``header`` (its inputs, in body order, give

@@ -364,6 +364,7 @@ class TraceManager:
             self._exporter = _OpenTelemetryExporter(self._startup.opentelemetry)
         self._global = self._new_scope({}, self._startup)
         self._models: dict[str, _Scope] = {}
+        self.idle = not self._startup.level  # see ``_note_idle``
 
     # ------------------------------------------------------------- settings
 
@@ -413,7 +414,13 @@ class TraceManager:
             self._models[model] = self._rebuild(scope, overrides, self._global.settings)
         elif model in self._models:
             self._retire(self._models.pop(model))
+        self._note_idle()
         return self.settings(model)
+
+    def _note_idle(self) -> None:
+        """``idle``: no scope can sample a request (the global level is off and no model
+        has settings of its own), so the infer path need not call ``sample``."""
+        self.idle = not self._global.settings.level and not self._models
 
     def _rebuild(
         self, scope: _Scope | None, overrides: dict[str, Any], base: TraceSettings

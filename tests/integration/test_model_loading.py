@@ -170,10 +170,12 @@ def test_poll_mode_changes_only_the_versions_that_changed(tmp_path: Path) -> Non
         sender = threading.Thread(target=keep_sending, daemon=True)
         sender.start()
         assert _states(client) == {"1": "READY", "2": "READY", "3": "READY"}
+        assert _infer(client, "") == 3.0  # the latest (the server remembers what it found)
         # Added: version 4 loads, nothing else is touched.
         write_model(tmp_path / "stage", "versions", versions=(4,))
         (tmp_path / "stage" / "versions" / "4").rename(model_dir / "4")
         wait_for(lambda: _states(client).get("4") == "READY")
+        wait_for(lambda: _infer(client, "") == 4.0)  # never, if the 3 found before stayed
         # Changed: version 2 answers with its new code; 1 and 3 are not finalized.
         source = (model_dir / "2" / "model.py").read_text()
         (model_dir / "2" / "model.py").write_text(

@@ -267,6 +267,9 @@ def test_large_chunked_body_is_assembled() -> None:
         (b"GET / HTTP/1.0\r\n\r\n", False, "1.0"),
         (b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", True, "1.0"),
         (b"POST / HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc", False, "1.0"),
+        (b"GET / HTTP/2.0\r\n\r\n", False, "2.0"),
+        (b"GET / HTTP/2.0\r\nConnection: keep-alive\r\n\r\n", True, "2.0"),
+        (b"GET / HTTP/0.9\r\n\r\n", False, "0.9"),
     ],
 )
 def test_keep_alive_and_version(head: bytes, keep_alive: bool, version: str) -> None:
@@ -593,6 +596,24 @@ def test_feed_takes_bodies_directly_with_the_parsers_result(
     rng = random.Random(seed)
     cuts = sorted(rng.sample(range(1, len(stream)), 12)) if seed else []
     assert _fed(stream, cuts, direct_body_min) == [fields(r) for r in reference]
+
+
+@pytest.mark.parametrize(
+    ("version", "connection", "keep_alive"),
+    [(b"1.0", b"keep-alive", True), (b"1.1", b"keep-alive", True), (b"1.1", b"", True)],
+)
+def test_a_body_taken_directly_keeps_its_requests_version(
+    version: bytes, connection: bytes, keep_alive: bool
+) -> None:
+    head = b"POST /v2/models/m/infer HTTP/" + version + b"\r\n"
+    if connection:
+        head += b"Connection: " + connection + b"\r\n"
+    stream = head + b"Content-Length: %d\r\n\r\n" % len(BIG) + BIG
+    (request,) = _fed(stream, [len(head) + 30], direct_body_min=1)
+    (reference,) = Connection().feed(stream)
+    assert request == fields(reference)
+    assert reference.http_version == version.decode()
+    assert reference.keep_alive is keep_alive
 
 
 def test_feed_after_a_closing_request_refuses_as_the_parser_does() -> None:

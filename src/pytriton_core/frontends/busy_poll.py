@@ -24,7 +24,8 @@ server makes one ``BusyPoll`` for its event loop and hands it to its front ends.
 from __future__ import annotations
 
 import asyncio
-import time
+
+from pytriton_core import clock
 
 
 class BusyPoll:
@@ -39,7 +40,7 @@ class BusyPoll:
 
     def answered(self) -> None:
         """The loop answered a request itself: poll for the next one for the window."""
-        self._until_ns = time.monotonic_ns() + self._window_ns
+        self._until_ns = clock.now_ns() + self._window_ns
         if not self._polling:
             self._polling = True
             self._loop.call_soon(self._poll)
@@ -53,7 +54,7 @@ class BusyPoll:
         return self._polling
 
     def _poll(self) -> None:
-        if time.monotonic_ns() < self._until_ns:
+        if clock.now_ns() < self._until_ns:
             self._loop.call_soon(self._poll)
         else:
             self._polling = False

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
-import time
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any
 
 import greenlet
+from greenlet import getcurrent
+
+from pytriton_core import clock
 
 # How long an inline execution may keep the loop before it lets other work run (once a
 # call it makes comes after so long). The same budget as a short inline execution's.
@@ -41,13 +43,13 @@ class InlineExecution(greenlet.greenlet):  # type: ignore[misc]  # greenlet is u
         # The caller's context variables (a front end's, say) stay visible inside.
         self.gr_context = contextvars.copy_context()
         self._loop = loop
-        self._thread = threading.get_ident()
+        self._thread = get_ident()
         self._slice_start_ns = 0
         self._suspended = False
 
     def start(self, *args: Any) -> None:
         """Run the execution until it ends or first waits; call on the loop."""
-        self._slice_start_ns = time.monotonic_ns()
+        self._slice_start_ns = clock.now_ns()
         self.switch(*args)
 
     def suspend(self) -> None:
@@ -57,7 +59,7 @@ class InlineExecution(greenlet.greenlet):  # type: ignore[misc]  # greenlet is u
             self.parent.switch()
         finally:
             self._suspended = False
-        self._slice_start_ns = time.monotonic_ns()
+        self._slice_start_ns = clock.now_ns()
 
     @property
     def holds_loop(self) -> bool:
@@ -67,12 +69,12 @@ class InlineExecution(greenlet.greenlet):  # type: ignore[misc]  # greenlet is u
 
     def on_loop_thread(self) -> bool:
         """Whether the calling thread is the loop's (where the execution runs)."""
-        return threading.get_ident() == self._thread
+        return get_ident() == self._thread
 
     def wake(self) -> None:
         """Let a suspended execution go on, in a loop callback of its own (never inside the
         caller's, which may be the middle of another model's bookkeeping)."""
-        if threading.get_ident() == self._thread:
+        if get_ident() == self._thread:
             self._loop.call_soon(self.switch)
         else:
             self._loop.call_soon_threadsafe(self.switch)
@@ -80,18 +82,18 @@ class InlineExecution(greenlet.greenlet):  # type: ignore[misc]  # greenlet is u
     def take_turn(self) -> None:
         """From inside the execution, before a call: once it has kept the loop for
         ``SLICE_NS``, let the loop's other ready work run first."""
-        if time.monotonic_ns() - self._slice_start_ns >= SLICE_NS:
+        if clock.now_ns() - self._slice_start_ns >= SLICE_NS:
             self._loop.call_soon(self.switch)
             self.suspend()
 
 
 def current_inline() -> InlineExecution | None:
     """The inline execution this code runs in, if any."""
-    current = greenlet.getcurrent()
+    current = getcurrent()
     return current if isinstance(current, InlineExecution) else None
 
 
 def may_start() -> bool:
     """Whether an inline execution may start here: on a thread's main greenlet (the loop's),
     not inside another execution."""
-    return greenlet.getcurrent().parent is None
+    return getcurrent().parent is None

@@ -1,6 +1,8 @@
 # The typed parts of request.py (compiled from it, csrc/compiled_modules.txt): the request
 # is an extension type whose fields the compiled runtime and front end read as C fields.
 
+from pytriton_core cimport clock
+
 from pytriton_core.inference.response cimport InferenceResponse
 
 

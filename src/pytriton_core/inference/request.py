@@ -15,10 +15,10 @@ request if it still waits in a queue and answers it CANCELLED.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pytriton_core import clock
 from pytriton_core.inference.flow import ResponseWindow, response_bytes
 from pytriton_core.inference.response import InferenceResponse, ParameterValue
 from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
@@ -123,7 +123,7 @@ class InferenceRequest:
         self.loop = loop
         # Filled in by the core.
         self.batch_size = batch_size
-        self.arrival_ns: int = time.monotonic_ns() if arrival_ns is None else arrival_ns
+        self.arrival_ns: int = clock.now_ns() if arrival_ns is None else arrival_ns
         self.queue_start_ns = queue_start_ns
         self.final_sent = final_sent
         # The sequence batcher's filler for an idle slot of a batch (READY false): executed,

@@ -1,6 +1,8 @@
 # The typed parts of statistics.py (compiled from it, csrc/compiled_modules.txt): what the
 # compiled runtime updates for every request and execution, as C fields and calls.
 
+from pytriton_core cimport clock
+
 cimport cython
 
 

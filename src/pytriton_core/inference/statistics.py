@@ -9,12 +9,12 @@ from __future__ import annotations
 import bisect
 import enum
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pytriton_core import clock
 from pytriton_core.options import (
     DEFAULT_DURATION_BUCKETS_US,
     DEFAULT_FIRST_RESPONSE_BUCKETS_MS,
@@ -118,14 +118,14 @@ class ComputeTiming:
         )
 
     def mark_input_done(self) -> None:
-        self.input_end_ns = time.monotonic_ns()
+        self.input_end_ns = clock.now_ns()
 
     def mark_infer_done(self) -> None:
-        self.infer_end_ns = time.monotonic_ns()
+        self.infer_end_ns = clock.now_ns()
 
     def close(self) -> None:
         """Fill any mark the backend did not set, so the three spans add up."""
-        self.end_ns = self.end_ns or time.monotonic_ns()
+        self.end_ns = self.end_ns or clock.now_ns()
         self.input_end_ns = self.input_end_ns or self.start_ns
         self.infer_end_ns = self.infer_end_ns or self.end_ns
 
@@ -409,7 +409,7 @@ class ModelStatistics:
         inferences it made, when fewer (a sequence batch's fillers count in the size only)."""
         self.execution_count += 1
         self.inference_count += batch_size if inferences is None else inferences
-        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.last_inference_ms = clock.wall_ns() // 1_000_000
         per_batch = self.batch_stats.get(batch_size)
         if per_batch is None:
             per_batch = self.batch_stats[batch_size] = BatchDurations()
@@ -470,7 +470,7 @@ class ModelStatistics:
     ) -> None:
         """A request answered from the response cache (Triton's UpdateSuccessCacheHit):
         a success with its queue time, no inference, execution or compute time."""
-        end_ns = time.monotonic_ns()
+        end_ns = clock.now_ns()
         request_ns = end_ns - start_ns
         queue_ns = lookup_start_ns - queue_start_ns
         self.success.add(request_ns)

@@ -144,6 +144,12 @@ class ModelManager:
         # the serving versions change (and unused with namespacing, where a name's meaning
         # depends on every repository's models).
         self._found: dict[tuple[str, int], Model] = {}
+        # The same for the infer path, by the name and version as a request sends them
+        # (``InferenceService.model``, compiled, reads and fills it); emptied with
+        # ``_found``, in place. None with namespacing.
+        self.request_lookups: dict[tuple[str, str | None], Model] | None = (
+            None if self._namespacing else {}
+        )
         # Triton's lifecycle map: every version a load started, with its state; a model
         # whose load found no version has an empty map (and keeps the server not ready).
         self._states: dict[ModelId, dict[int, _VersionStatus]] = {}
@@ -159,6 +165,12 @@ class ModelManager:
 
     def _resolve(self, name: str) -> ModelId:
         return resolve(name, self._states, self._namespacing)
+
+    def _forget_lookups(self) -> None:
+        """The serving versions change: what lookups found may no longer be the answer."""
+        self._found.clear()
+        if self.request_lookups is not None:
+            self.request_lookups.clear()
 
     def get(self, name: str, version: int = -1) -> Model:
         """The model version requests go to, with Triton's messages when there is none."""
@@ -550,7 +562,7 @@ class ModelManager:
             )
         replaced = [serving[v] for v in started if v in serving]
         dropped = [serving[v] for v in serving if v not in versions]
-        self._found.clear()
+        self._forget_lookups()
         self._models[model_id] = {
             **{v: m for v, m in serving.items() if v in keep},
             **started,
@@ -737,7 +749,7 @@ class ModelManager:
         if timeout_s is None:
             timeout_s = self._options.exit_timeout_secs
         versions = self._models.pop(model_id, {})
-        self._found.clear()
+        self._forget_lookups()
         self._dependencies.pop(model_id.name, None)
         states = self._states.get(model_id)
         if states is None:

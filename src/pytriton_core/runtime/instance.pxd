@@ -1,6 +1,8 @@
 # The typed parts of instance.py (compiled from it, csrc/compiled_modules.txt): the instance
 # is an extension type, so the model's calls into it and its own steps are C calls.
 
+from pytriton_core cimport clock
+
 cimport cython
 
 from pytriton_core.inference.statistics cimport ComputeTiming

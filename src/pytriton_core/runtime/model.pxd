@@ -2,9 +2,11 @@
 # version is an extension type, and what every request crosses in it (submit, admission,
 # an inline execution's outcome, statistics, delivery) runs as C calls over typed fields.
 
+from pytriton_core cimport clock
+
 cimport cython
 
-from pytriton_core.inference.request cimport InferenceRequest
+from pytriton_core.inference.request cimport InferenceRequest, RequestedOutput
 from pytriton_core.inference.response cimport InferenceResponse
 from pytriton_core.inference.statistics cimport ComputeTiming, ModelStatistics
 from pytriton_core.runtime.instance cimport ModelInstance
@@ -51,6 +53,7 @@ cdef class Model:
     cdef bint _asks_health
 
     cdef object _current_state(self)
+    cpdef bint serving(self) except -1
 
     @cython.locals(instance=ModelInstance)
     cpdef void submit(self, InferenceRequest request) except *
@@ -74,3 +77,7 @@ cdef class Model:
     cpdef void _forget_miss(self, InferenceRequest request) except *
     cpdef void _release(self, InferenceRequest request, InferenceResponse response) except *
     cpdef void _signal_if_drained(self) except *
+    @cython.locals(requested=dict, wanted=RequestedOutput, outputs=list, i=Py_ssize_t)
+    cpdef InferenceResponse _apply_classification(
+        self, InferenceRequest request, InferenceResponse response
+    )

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
+from pytriton_core import clock
 from pytriton_core.backends.base import BackendModel, InstanceSpec
 from pytriton_core.config.spec import ModelSpec
 from pytriton_core.errors import (
@@ -232,6 +233,10 @@ class Model:
     def state(self, value: ModelState) -> None:
         self._state = value
 
+    def serving(self) -> bool:
+        """Whether ``state`` is READY (a C call for the infer path's model lookup)."""
+        return self._current_state() is _READY
+
     def _current_state(self) -> ModelState:
         # (a C call for ``submit``, which reads the state of every request)
         if self._state is _READY and self._asks_health and not self._backend_model.healthy():
@@ -307,7 +312,7 @@ class Model:
         except ServerError as exc:
             self._forget_miss(request)
             self.stats.record_request_failure(
-                request.arrival_ns, time.monotonic_ns(), FailureReason.REJECTED
+                request.arrival_ns, clock.now_ns(), FailureReason.REJECTED
             )
             if not self._scheduler.enqueue_errors_name_request:
                 raise
@@ -403,7 +408,7 @@ class Model:
             raise
         responses, timing, retained = instance.execute_claimed([request])
         request.executing = False
-        end_ns = time.monotonic_ns()
+        end_ns = clock.now_ns()
         if request.trace is not None:
             _trace_compute(request, timing)
         # On the loop the statistics are counted now, before the response goes.
@@ -488,7 +493,7 @@ class Model:
         if request.cancelled:  # its client went away before it got here
             raise CancelledError(CANCELLED_MESSAGE).with_request_id(request.id)
         request.loop = self._loop
-        request.queue_start_ns = time.monotonic_ns()
+        request.queue_start_ns = clock.now_ns()
         if request.trace is not None:
             self._trace_submit(request)
 
@@ -500,9 +505,9 @@ class Model:
         key = cache_key(request, self.name, self.version)
         if key is None:  # an input in GPU memory: not cacheable
             return False
-        lookup_start = time.monotonic_ns()
+        lookup_start = clock.now_ns()
         entry = cache.lookup(key)
-        lookup_end = time.monotonic_ns()
+        lookup_end = clock.now_ns()
         if entry is None:
             self._misses[id(request)] = (key, lookup_end - lookup_start)
             return False
@@ -530,9 +535,9 @@ class Model:
         cache = self._cache
         assert cache is not None
         key, lookup_ns = miss
-        insert_start = time.monotonic_ns()
+        insert_start = clock.now_ns()
         outcome = cache.insert(key, response.outputs)
-        insert_ns = time.monotonic_ns() - insert_start
+        insert_ns = clock.now_ns() - insert_start
         if outcome is InsertOutcome.EXISTS:
             return  # another request with the same key got there first: Triton counts none
         if outcome is InsertOutcome.TOO_LARGE:
@@ -611,7 +616,7 @@ class Model:
         reason = (
             FailureReason.CANCELED if error.code is ErrorCode.CANCELLED else FailureReason.REJECTED
         )
-        now = time.monotonic_ns()
+        now = clock.now_ns()
         self.stats.record_request_failure(request.arrival_ns, now, reason)
         if reason is FailureReason.REJECTED:
             self._report_busy_instances(now)
@@ -649,7 +654,7 @@ class Model:
         if self._loop_dispatch:  # the next request starts while these responses leave
             self._dispatch_held()
         stats = self.stats
-        end_ns = time.monotonic_ns()
+        end_ns = clock.now_ns()
         size = inferences = 0  # the batch's size, and its inferences (no fillers)
         for request in batch:
             request.executing = False
@@ -677,7 +682,11 @@ class Model:
         # = queue + compute input + infer + output, with no unaccounted overhead.
         timing.end_ns = end_ns
         stats.record_execution(size, timing, inferences)
-        for index, (request, response) in enumerate(zip(batch, responses, strict=True)):
+        if len(responses) != len(batch):  # (not ``zip(strict=True)``: its keyword is a slow call)
+            raise ValueError(f"{len(responses)} responses for a batch of {len(batch)} requests")
+        for index in range(len(batch)):
+            request = batch[index]
+            response = responses[index]
             if request.padding:
                 continue
             # An error the model answered with still counts as a successful execution, as
@@ -738,16 +747,19 @@ class Model:
     def _apply_classification(
         self, request: InferenceRequest, response: InferenceResponse
     ) -> InferenceResponse:
-        if request.requested_outputs is None:
+        requested = request.requested_outputs
+        if requested is None:
             return response
-        for i, tensor in enumerate(response.outputs):
-            wanted = request.requested_outputs.get(tensor.name)
+        outputs = response.outputs
+        for i in range(len(outputs)):
+            tensor = outputs[i]
+            wanted = requested.get(tensor.name)
             if wanted is None or wanted.class_count <= 0:
                 continue
             declared = self.spec.outputs.get(tensor.name)
             batched = self.spec.batching and declared is not None and bool(declared.dims)
             try:
-                response.outputs[i] = classification.classify(
+                outputs[i] = classification.classify(
                     tensor, wanted.class_count, batched, self._labels.get(tensor.name, [])
                 )
             except ServerError as exc:
@@ -788,9 +800,9 @@ class Model:
         if self._rate_limiter is not None and self._rate_limit_slots:
             self._rate_limiter.unregister(self._rate_limit_slots)
             self._rate_limit_slots = []
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = None if timeout_s is None else clock.now_s() + timeout_s
         for instance in self._instances:
-            instance.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            instance.join(None if deadline is None else max(0.0, deadline - clock.now_s()))
         busy = [i.spec.name for i in self._instances if i.is_alive()]
         if busy:
             log.warning(

@@ -11,6 +11,7 @@ cdef class InferenceService:
     cdef object _peers_ready
     cdef object _peers
     cdef object _manager
+    cdef dict _lookups
     cdef object _tracer
     cdef object _log_control
     cdef object _shared_memory

@@ -56,6 +56,10 @@ EXTENSIONS = (
 )
 
 
+# The most (name, version) pairs ``InferenceService.model`` remembers before starting over.
+_LOOKUPS_KEPT = 1024
+
+
 def parse_version(text: str | None) -> int:
     """``""``/None → -1 (latest); otherwise a non-negative integer, as Triton requires."""
     if not text:
@@ -103,6 +107,7 @@ class InferenceService:
         self._peers_ready = peers_ready
         self._peers = peers
         self._manager = manager
+        self._lookups = manager.request_lookups
         self._tracer = tracer if tracer is not None else TraceManager(options.trace)
         self._log_control = log_control if log_control is not None else LogControl(options.log)
         # Client regions (system and CUDA shared memory), one registry for both front ends.
@@ -156,7 +161,19 @@ class InferenceService:
         }
 
     def model(self, name: str, version: str | None) -> Model:
-        return self._manager.get(name, parse_version(version))
+        """The model version a request names (``version`` as sent: None or "" for the
+        latest), with Triton's messages when there is none."""
+        lookups = self._lookups
+        if lookups is None:  # (model namespacing: the manager resolves every name)
+            return self._manager.get(name, parse_version(version))
+        found = lookups.get((name, version))
+        if found is not None and found.serving():
+            return found
+        model = self._manager.get(name, parse_version(version))
+        if len(lookups) >= _LOOKUPS_KEPT:  # version strings are the client's to vary
+            lookups.clear()
+        lookups[(name, version)] = model
+        return model
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self.model(name, version)
@@ -200,7 +217,7 @@ class InferenceService:
         once the final response has left.
         """
         check_tensor_limits(request, self._limits)
-        if request.trace is None:
+        if request.trace is None and not self._tracer.idle:
             request.trace = self._tracer.sample(model.name)
         model.submit(request)
 

@@ -1,6 +1,8 @@
 # The typed parts of backend.py (compiled from it, csrc/compiled_modules.txt): what every
 # request of a Python model crosses on its way into pb_utils and back.
 
+from pytriton_core cimport clock
+
 cimport cython
 
 from pytriton_core.backends.python.pb_utils cimport (

@@ -16,16 +16,17 @@ import os
 import re
 import sys
 import sysconfig
-import threading
 import time
 import traceback
 from collections.abc import Collection, Coroutine, Iterator, Sequence
 from pathlib import Path
+from threading import get_ident
 from types import CoroutineType, ModuleType
 from typing import Any
 
 from google.protobuf.message import Message
 
+from pytriton_core import clock
 from pytriton_core.backends.base import (
     Backend,
     BackendInstance,
@@ -63,6 +64,7 @@ from pytriton_core.inference.statistics import ComputeTiming, ResponseTiming
 from pytriton_core.paths import confined_path
 
 log = logging.getLogger(__name__)
+_PbResponse = pb_utils.InferenceResponse  # (a module global: no attribute lookup per response)
 
 MODULE_NAME = "triton_python_backend_utils"
 # Model parameters (docs/python-models.md): "no" keeps every execution in the instance's
@@ -322,7 +324,7 @@ class PythonInstance(BackendInstance):
         # For an execution off the instance's thread (the loop, a BLS caller's thread).
         self._elsewhere_bridge = None if self._bridge is None else self._bridge.on_event_loop()
         # Created in the instance's thread; an execution anywhere else runs on the loop.
-        self._worker = threading.get_ident()
+        self._worker = get_ident()
         # The inline execution (on the loop) this instance executes in, if any.
         self._inline: InlineExecution | None = None
         model.waits.register(self._key, spec.name)
@@ -392,7 +394,7 @@ class PythonInstance(BackendInstance):
         # Off the instance's thread, calls are refused unless they can wait by suspending
         # the execution (on the loop, inside an ``InlineExecution``).
         inline: InlineExecution | None = None
-        if threading.get_ident() == self._worker:
+        if get_ident() == self._worker:
             scope = self._execute_scope
         else:
             inline = current_inline()
@@ -452,7 +454,7 @@ class PythonInstance(BackendInstance):
                 f"of one InferenceResponse for its one (stacked) request, got {result!r:.200}"
             )
         response = result[0]
-        if not isinstance(response, pb_utils.InferenceResponse):
+        if not isinstance(response, _PbResponse):
             raise InternalError(
                 f"Expected an InferenceResponse, found type '{type(response).__name__}'."
             )
@@ -512,15 +514,15 @@ class PythonInstance(BackendInstance):
     def send_hook(self, request: InferenceRequest) -> pb_utils.SendHook:
         """What a model's ``get_response_sender()`` sends ``request``'s responses through
         (``pb_utils.Responder``)."""
-        last_sent_ns = time.monotonic_ns()  # a response's work starts after the previous one
+        last_sent_ns = clock.now_ns()  # a response's work starts after the previous one
         sent = False
         conversions = self._conversions
 
         def send(response: pb_utils.InferenceResponse | None, final: bool) -> None:
             nonlocal last_sent_ns, sent
-            output_start_ns = time.monotonic_ns() if response is not None else 0
+            output_start_ns = clock.now_ns() if response is not None else 0
             core = None if response is None else _from_pb_response(conversions, response, request)
-            sent_ns = time.monotonic_ns()
+            sent_ns = clock.now_ns()
             timing = ResponseTiming(last_sent_ns, output_start_ns, sent_ns)
             first = not sent
             last_sent_ns = sent_ns
@@ -591,7 +593,7 @@ def _from_pb_response(
 ) -> InferenceResponse:
     """A model's response as the server's: the outputs its request asked for (and a
     sequence model's state), shared, not copied."""
-    if not isinstance(response, pb_utils.InferenceResponse):
+    if not isinstance(response, _PbResponse):
         return InferenceResponse.failed(
             InternalError(f"Expected an InferenceResponse, found type '{type(response).__name__}'.")
         )

@@ -2,6 +2,7 @@
 
 cimport cython
 
+from pytriton_core cimport types
 from pytriton_core.types cimport DataType
 
 

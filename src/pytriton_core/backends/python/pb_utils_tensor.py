@@ -29,6 +29,7 @@ from typing import Any, Protocol, cast
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
+from numpy import ndarray
 
 from pytriton_core import types
 from pytriton_core.backends.python.pb_utils_errors import TritonModelException
@@ -307,7 +308,7 @@ class Tensor:
         """
         if type(name) is not str or not name:
             _check_name(name)
-        array = numpy_array if isinstance(numpy_array, np.ndarray) else np.asarray(numpy_array)
+        array = numpy_array if isinstance(numpy_array, ndarray) else np.asarray(numpy_array)
         datatype = types.from_numpy(array.dtype)
         if datatype is None:
             raise TritonModelException(f"numpy dtype {array.dtype} has no Triton datatype")

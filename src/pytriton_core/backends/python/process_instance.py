@@ -35,6 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pytriton_core import clock
 from pytriton_core.backends.base import (
     BackendInstance,
     BackendModel,
@@ -280,7 +281,7 @@ class _Worker:
         self.death_text = ""  # what the requests of a dead worker are answered
         self.executing_since = 0.0
         self.death: str | None = None  # why it was killed, when the server killed it
-        self.last_heard = time.monotonic()
+        self.last_heard = clock.now_s()
         self.metrics = _MetricsMirror(model.custom_metrics, name)
         self.dead = threading.Event()
         # The loop that reads ``channel`` once a batch was started there (``begin``): it
@@ -301,7 +302,7 @@ class _Worker:
             raise ServerError.from_code(code, text)
         self.outputs = Arena(fds[0], message["arena_size"])
         self.event_outputs = Arena(fds[1], message["events_arena_size"])
-        self.last_heard = time.monotonic()  # heartbeats start now
+        self.last_heard = clock.now_s()  # heartbeats start now
 
     def kill(self, reason: str) -> None:
         self.death = self.death or reason
@@ -421,13 +422,13 @@ class ProcessInstance(BackendInstance):
             if (
                 model.execute_timeout_s
                 and since
-                and time.monotonic() - since > (model.execute_timeout_s)
+                and clock.now_s() - since > (model.execute_timeout_s)
             ):
                 worker.kill(f"execute ran past {TIMEOUT_PARAMETER}={model.execute_timeout_s:g}")
             if (
                 model.heartbeat_timeout_s
                 and not since
-                and time.monotonic() - worker.last_heard > model.heartbeat_timeout_s
+                and clock.now_s() - worker.last_heard > model.heartbeat_timeout_s
             ):
                 worker.kill(
                     f"it stopped answering (no heartbeat for {HEARTBEAT_PARAMETER}="
@@ -446,7 +447,7 @@ class ProcessInstance(BackendInstance):
                 assert worker.event_outputs is not None  # set by the handshake
                 if fds:
                     worker.event_outputs = _regrown(worker.event_outputs, fds[0])
-                worker.last_heard = time.monotonic()
+                worker.last_heard = clock.now_s()
                 kind = message["kind"]
                 if "metrics" in message:
                     worker.metrics.apply(message["metrics"])
@@ -519,7 +520,7 @@ class ProcessInstance(BackendInstance):
             if request.loop is not None:  # cancellation hooks are kept on the loop
                 hook = partial(_send_cancel, worker.events.send, item[1])
                 request.loop.call_soon_threadsafe(request.on_cancel, hook)
-        worker.executing_since = time.monotonic()
+        worker.executing_since = clock.now_s()
         timing.mark_input_done()  # the inputs are placed; the worker's time is after this
         try:
             worker.channel.send(_execute_message(worker, [batch], 0), fds)
@@ -555,13 +556,13 @@ class ProcessInstance(BackendInstance):
         slot = 1 - pending[0][1] if pending else 0  # the one the bundle in flight leaves
         batches, fds = self._place(worker, [execution[0] for execution in executions], slot)
         send_event = worker.events.send
-        placed_ns = time.monotonic_ns()  # the inputs are placed; the worker's times follow
+        placed_ns = clock.now_ns()  # the inputs are placed; the worker's times follow
         for batch, (requests, timing, _finished) in zip(batches, executions, strict=True):
             timing.input_end_ns = placed_ns
             for item, request in zip(batch, requests, strict=True):
                 request.on_cancel(partial(_send_cancel, send_event, item[1]))
         if not pending:  # else it starts when the one before is answered (``_on_answer``)
-            worker.executing_since = time.monotonic()
+            worker.executing_since = clock.now_s()
         pending.append((executions, slot))
         message = {
             "kind": "execute",
@@ -599,7 +600,7 @@ class ProcessInstance(BackendInstance):
                 self._unwatch(worker)
                 return
             begun = pending.popleft() if pending else None
-            worker.executing_since = time.monotonic() if pending else 0.0
+            worker.executing_since = clock.now_s() if pending else 0.0
             if begun is not None:
                 executions = begun[0]
                 timings = [(requests, timing) for requests, timing, _finished in executions]
@@ -621,7 +622,7 @@ class ProcessInstance(BackendInstance):
         if stranded:
             # The events reader sees the same end at once and names the cause; the loop
             # looks again shortly rather than wait for it (other models keep being served).
-            _fail_once_reported(worker, stranded, time.monotonic() + _DEATH_REPORT_S)
+            _fail_once_reported(worker, stranded, clock.now_s() + _DEATH_REPORT_S)
 
     def _place(
         self, worker: _Worker, batches: Sequence[Sequence[InferenceRequest]], slot: int
@@ -684,7 +685,7 @@ def _execute_message(worker: _Worker, batches: list[list[BatchItem]], slot: int)
 def _fail_once_reported(worker: _Worker, stranded: list[Finished], deadline: float) -> None:
     """On the loop: fail a dead worker's batches (oldest first) with the cause its death
     is reported with, once the events reader has it (or ``deadline`` has passed)."""
-    if not worker.dead.is_set() and time.monotonic() < deadline:
+    if not worker.dead.is_set() and clock.now_s() < deadline:
         assert worker.watched is not None
         worker.watched.call_later(
             _WATCH_INTERVAL_S, _fail_once_reported, worker, stranded, deadline
@@ -707,7 +708,7 @@ def _answered(
     assert worker.outputs is not None  # set by the handshake
     if fds:
         worker.outputs = _regrown(worker.outputs, fds[0])
-    worker.last_heard = time.monotonic()
+    worker.last_heard = clock.now_s()
     if done["metrics"]:
         worker.metrics.apply(done["metrics"])
     arena = worker.outputs

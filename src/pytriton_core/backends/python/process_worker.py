@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from pytriton_core import clock
 from pytriton_core.backends.base import InstanceSpec, ModelLocation
 from pytriton_core.backends.custom_metrics import MetricFamilySnapshot, MetricRegistry
 from pytriton_core.backends.python.backend import PythonBackend
@@ -244,7 +245,7 @@ class _Worker:
         headers: list[ResponseHeader | None] = []
         failure = None
         try:
-            responses = instance.execute(requests, ComputeTiming(start_ns=time.monotonic_ns()))
+            responses = instance.execute(requests, ComputeTiming(start_ns=clock.now_ns()))
             tensors = []
             for response in responses:
                 if response is None:
@@ -264,7 +265,7 @@ class _Worker:
             reschedule.append(request.reschedule)
             if live is not None:
                 live.pop(request.key, None)
-        return (failure, headers, reschedule, time.monotonic_ns())
+        return (failure, headers, reschedule, clock.now_ns())
 
 
 def _location(fields: dict[str, Any], **extra: Any) -> ModelLocation:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
+from orjson import OPT_SERIALIZE_NUMPY as _SERIALIZE_NUMPY
+from orjson import dumps as _orjson_dumps
 
 from pytriton_core import types
 from pytriton_core._native.infer_walk import HeaderMemo, walk_binary_infer
@@ -327,7 +329,6 @@ def decode_infer_request(
     header_length: int | None,
     service: InferenceService,
     allowed_reserved: tuple[str, ...] = (),
-    *,
     general: bool = False,
     memo: HeaderMemo | None = None,
 ) -> DecodedInfer:
@@ -340,7 +341,7 @@ def decode_infer_request(
     server's readings of common headers, which a header seen before is read from (and a
     common one read now is kept in).
     """
-    request = InferenceRequest(model_name=model.name, model_version=model.version)
+    request = InferenceRequest(model.name, model.version)
     if header_length == 0:
         return _decode_raw_binary(model, body, request)
     limits = service.options.limits
@@ -718,7 +719,7 @@ _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 def dumps_json(document: dict[str, Any], non_finite: bool) -> bytes:
     """``document`` as JSON bytes; ``non_finite``: it holds ``NonFiniteData`` somewhere."""
     if not non_finite:
-        return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+        return _orjson_dumps(document, option=_SERIALIZE_NUMPY)
     header = orjson.dumps(
         document,
         option=orjson.OPT_SERIALIZE_NUMPY,

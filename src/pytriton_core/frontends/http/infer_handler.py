@@ -121,8 +121,9 @@ class InferHandler:
     ) -> DecodedInfer:
         """The body decoded, with the headers forwarded to the model."""
         header_length = _header_length(request, len(body))
+        # (positional: a keyword would make this a call through Python, not a C call)
         decoded = decode_infer_request(
-            model, body, header_length, self._service, reserved, memo=self._header_memo
+            model, body, header_length, self._service, reserved, False, self._header_memo
         )
         if self._forwarded is not None:
             forward_headers(decoded.request, _text_headers(request), self._forwarded)

@@ -2,6 +2,8 @@
 # is an extension type, so every request's path through it (bytes in, the handler's first
 # step, the answer out) reads typed fields and makes C calls.
 
+from pytriton_core cimport clock
+
 from pytriton_core.frontends.busy_poll cimport BusyPoll
 from pytriton_core.frontends.http.exchange cimport Exchange
 from pytriton_core.frontends.http.messages cimport HttpResponse

@@ -34,17 +34,18 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import errno
-import functools
 import logging
 import socket
-import time
 from collections import deque
 from collections.abc import Coroutine, Sequence
+from contextvars import copy_context
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import httptools
 
+from pytriton_core import clock
 from pytriton_core._native.http_framing import (
     HttpRequest,
     RequestAssembler,
@@ -70,6 +71,7 @@ from pytriton_core.options import LimitOptions
 from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
+_DEBUG = logging.DEBUG  # (module globals are read without an attribute lookup)
 
 _MAX_PENDING_BYTES = 64 << 20  # stop reading from a client that queues more body bytes
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -212,7 +214,7 @@ class HttpProtocol:
         self._drain_waiter: asyncio.Future[None] | None = None
         self._idle_timeout_s = idle_timeout_s
         self._idle_timer: asyncio.TimerHandle | None = None
-        # When the connection last became idle (time.monotonic), 0.0 while it is not: a
+        # When the connection last became idle (clock.now_s), 0.0 while it is not: a
         # request only stores this, the one timer re-arms itself for the time left.
         self._idle_since = 0.0
         self._peer_check: asyncio.TimerHandle | None = None
@@ -274,7 +276,7 @@ class HttpProtocol:
         self._idle_since = 0.0  # busy now: the idle timer, when it fires, re-arms or stops
         if self._broken:
             return
-        now = time.monotonic_ns()
+        now = clock.now_ns()
         if not self._receiving_since:
             self._receiving_since = now
         failure: _BrokenStream | None = None
@@ -370,7 +372,7 @@ class HttpProtocol:
         self._busy = True
         self._driving = True
         try:
-            _drive(self._handle(item, received_start, received_end), contextvars.copy_context())
+            _drive(self._handle(item, received_start, received_end), copy_context())
         finally:
             self._driving = False
         if self._busy_poll is not None:
@@ -380,7 +382,7 @@ class HttpProtocol:
                 self._busy_poll.answered()
 
     async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
-        if log.isEnabledFor(logging.DEBUG):
+        if log.isEnabledFor(_DEBUG):
             code = _METHOD_CODES.get(request.method, -1)
             log.debug("HTTP request: %d %s", code, request.path)
         exchange = self._exchange = Exchange(received_start, received_end)
@@ -500,7 +502,7 @@ class HttpProtocol:
     def _arm_idle_timer(self) -> None:
         if self._idle_timeout_s is None or self._transport is None or self._idle_since:
             return
-        self._idle_since = time.monotonic()
+        self._idle_since = clock.now_s()
         if self._idle_timer is None:
             self._idle_timer = asyncio.get_running_loop().call_later(
                 self._idle_timeout_s, self._close_idle
@@ -520,7 +522,7 @@ class HttpProtocol:
         idle_since, timeout_s = self._idle_since, self._idle_timeout_s
         if not idle_since or timeout_s is None or self._transport is None:
             return
-        left = idle_since + timeout_s - time.monotonic()
+        left = idle_since + timeout_s - clock.now_s()
         if left > 0:
             self._idle_timer = asyncio.get_running_loop().call_later(left, self._close_idle)
             return
@@ -543,9 +545,9 @@ class HttpProtocol:
         if on_sent is None:
             transport.writelines(framed)
         else:
-            send_start = time.monotonic_ns()
+            send_start = clock.now_ns()
             transport.writelines(framed)
-            on_sent(send_start, time.monotonic_ns())
+            on_sent(send_start, clock.now_ns())
         if not keep_alive:
             transport.close()
 
@@ -572,7 +574,7 @@ def _drive(coroutine: Coroutine[Any, Any, None], context: contextvars.Context) -
         asyncio.get_running_loop().call_soon(_drive, coroutine, context)
         return
     waited._asyncio_future_blocking = False
-    waited.add_done_callback(functools.partial(_resume, coroutine, context))
+    waited.add_done_callback(partial(_resume, coroutine, context))
 
 
 def _resume(
