@@ -32,7 +32,7 @@ from cpython.bytes cimport (
     PyBytes_GET_SIZE,
 )
 from cpython.unicode cimport PyUnicode_DecodeLatin1, PyUnicode_DecodeUTF8
-from libc.string cimport memchr, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 from httptools import HttpParserCallbackError, HttpParserUpgrade, parse_url
 
@@ -93,25 +93,89 @@ KNOWN_HEADERS = (
     "accept",
 )
 cdef tuple _KNOWN_NAMES = tuple(name.encode() for name in KNOWN_HEADERS)
+# Indexes into KNOWN_HEADERS that _take_plain looks for.
+cdef int _CONTENT_LENGTH = KNOWN_HEADERS.index("content-length")
+cdef int _CONNECTION = KNOWN_HEADERS.index("connection")
+cdef int _EXPECT = KNOWN_HEADERS.index("expect")
+cdef int _UPGRADE = KNOWN_HEADERS.index("upgrade")
 _METHODS = {
     m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")
 }
 
 
-cdef object _known_header(bytes name):
-    """The HttpRequest.headers key for a header name the server reads, else None."""
-    cdef Py_ssize_t size = PyBytes_GET_SIZE(name), i
+cdef Py_ssize_t _plain_length(const char* digits, Py_ssize_t size) noexcept:
+    """A plain Content-Length value: 1 to 15 decimal digits, no leading zero (but
+    ``0``); -1 otherwise (the parser then reads it)."""
+    cdef Py_ssize_t i, length = 0
+    if size > 15 or (size > 1 and digits[0] == c'0'):
+        return -1
+    for i in range(size):
+        if not (c'0' <= digits[i] <= c'9'):
+            return -1
+        length = length * 10 + (digits[i] - c'0')
+    return length
+
+
+cdef list _split_plain_head(bytes head):
+    """The (name, value) pairs of the header lines ``_take_plain`` checked: each
+    ``name:value`` or ``name: value`` and CRLF."""
+    cdef const char* p = PyBytes_AS_STRING(head)
+    cdef const char* end = p + PyBytes_GET_SIZE(head)
+    cdef const char* colon
+    cdef const char* line_end
+    pairs = []
+    while p < end:
+        colon = <const char*>memchr(p, c':', end - p)
+        line_end = <const char*>memmem(colon, end - colon, b"\r\n", 2)
+        name = PyBytes_FromStringAndSize(p, colon - p)
+        colon += 1
+        if colon[0] == c' ':
+            colon += 1
+        pairs.append((name, PyBytes_FromStringAndSize(colon, line_end - colon)))
+        p = line_end + 2
+    return pairs
+
+
+cdef int _known_index(const char* name, Py_ssize_t size) noexcept:
+    """The index in KNOWN_HEADERS of a header name the server reads, else -1."""
+    cdef Py_ssize_t i
     cdef bytes known
     for i in range(len(_KNOWN_NAMES)):
         known = <bytes>_KNOWN_NAMES[i]
         if (PyBytes_GET_SIZE(known) == size
-                and strncasecmp(PyBytes_AS_STRING(name), PyBytes_AS_STRING(known), size) == 0):
-            return KNOWN_HEADERS[i]
-    return None
+                and strncasecmp(name, PyBytes_AS_STRING(known), size) == 0):
+            return i
+    return -1
+
+
+cdef object _known_header(bytes name):
+    """The HttpRequest.headers key for a header name the server reads, else None."""
+    cdef int index = _known_index(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name))
+    return None if index < 0 else KNOWN_HEADERS[index]
 
 
 cdef inline bint _is_space(char c) noexcept nogil:
     return c == c' ' or c == c'\t'
+
+
+# The bytes of a plain request (``RequestAssembler._take_plain``): each a strict subset of
+# what llhttp accepts at that place, so that every request taken without the parser is one
+# the parser reads alike.
+cdef bint _TARGET[256]  # origin-form request target: RFC 3986 pchar, '/', '?'
+cdef bint _TOKEN[256]  # header name: RFC 9110 tchar
+cdef bint _VALUE[256]  # header value: visible ASCII, space and tab (no obs-text)
+
+
+cdef void _fill_tables() noexcept:
+    cdef int c
+    for c in range(256):
+        alnum = (c'0' <= c <= c'9') or (c'a' <= c <= c'z') or (c'A' <= c <= c'Z')
+        _TARGET[c] = alnum or c in b"-._~!$&'()*+,;=:@/?%"
+        _TOKEN[c] = alnum or c in b"!#$%&'*+-.^_`|~"
+        _VALUE[c] = (0x20 <= c <= 0x7e) or c == c'\t'
+
+
+_fill_tables()
 
 
 cdef inline str _raw_path(const char* src, Py_ssize_t n):
@@ -154,7 +218,8 @@ cdef class HttpRequest:
     cdef readonly str path  # as sent (not percent-decoded), without query or fragment
     cdef readonly str query  # raw (not decoded), without the '?'
     cdef readonly dict headers  # lower-cased name -> value, only the headers the server reads
-    cdef readonly list raw_headers  # every header as received: (name, value) bytes pairs
+    cdef list _raw_headers  # every header as received: (name, value) bytes pairs ...
+    cdef bytes _plain_head  # ... or, for a plain request, its header lines, split when asked
     cdef readonly object body  # bytearray of exactly the body's length, owned by the request
     cdef readonly bint keep_alive
     cdef readonly str http_version  # "1.1", "1.0"
@@ -166,10 +231,19 @@ cdef class HttpRequest:
         self.path = path
         self.query = query
         self.headers = {} if headers is None else headers
-        self.raw_headers = [] if raw_headers is None else raw_headers
+        self._raw_headers = [] if raw_headers is None else raw_headers
         self.body = body
         self.keep_alive = keep_alive
         self.http_version = http_version
+
+    @property
+    def raw_headers(self):
+        """Every header as received: (name, value) bytes pairs, values without the
+        whitespace around them."""
+        if self._raw_headers is None:
+            self._raw_headers = _split_plain_head(self._plain_head)
+            self._plain_head = None
+        return self._raw_headers
 
     def __repr__(self):
         return (
@@ -213,10 +287,17 @@ cdef class RequestAssembler:
     cdef bint _awaiting_body
     cdef bint _held_keep_alive  # the message's, read while its parser still had it
     cdef str _held_version
+    # The parser is between messages and keeps the connection open: the next request may
+    # be taken without it (``_take_plain``); False while it is inside a message.
+    cdef bint _between
+    cdef readonly bint take_plain  # whether plain requests skip the parser (see __init__)
 
     def __init__(self, Py_ssize_t max_body_size=DEFAULT_MAX_BODY_SIZE,
                  Py_ssize_t max_head_size=DEFAULT_MAX_HEAD_SIZE,
-                 Py_ssize_t direct_body_min=DEFAULT_DIRECT_BODY_MIN):
+                 Py_ssize_t direct_body_min=DEFAULT_DIRECT_BODY_MIN,
+                 bint take_plain=True):
+        """``take_plain``: read a plain request (see ``_take_plain``) without the parser,
+        when the whole of it has arrived; the tests compare both ways."""
         if max_body_size < 0 or max_head_size < 0:
             raise ValueError("size limits must be non-negative")
         if direct_body_min < 1:
@@ -224,6 +305,7 @@ cdef class RequestAssembler:
         self.max_body_size = max_body_size
         self.max_head_size = max_head_size
         self.direct_body_min = direct_body_min
+        self.take_plain = take_plain
         self._completed = []
         self._reset()
 
@@ -232,6 +314,7 @@ cdef class RequestAssembler:
         keep-alive of each message. The pair forms a reference cycle; ``detach()`` breaks it
         when the connection closes (the garbage collector would otherwise)."""
         self._parser = parser
+        self._between = True
         self._get_method = parser.get_method
         self._get_http_version = parser.get_http_version
         self._should_keep_alive = parser.should_keep_alive
@@ -284,6 +367,7 @@ cdef class RequestAssembler:
     # --- httptools callbacks ------------------------------------------------------------
 
     def on_message_begin(self):
+        self._between = False
         self._reset()
 
     def on_url(self, bytes url):
@@ -383,6 +467,7 @@ cdef class RequestAssembler:
             raise FramingError("body shorter than its Content-Length")
         keep_alive = self._should_keep_alive()
         self._complete(keep_alive, self._version(keep_alive))
+        self._between = keep_alive  # after a closing request the parser refuses more
 
     cdef str _version(self, bint keep_alive):
         """The message's HTTP version. llhttp accepts only 0.9, 1.0, 1.1 and 2.0, and keeps
@@ -408,6 +493,11 @@ cdef class RequestAssembler:
             raise RuntimeError("RequestAssembler.attach(parser) was not called")
         view = None
         while start < end:
+            if self._between and self.take_plain:
+                taken = self._take_plain(p + start, end - start)
+                if taken:
+                    start += taken
+                    continue
             if self._awaiting_body:
                 start += self._take_body(p + start, end - start)
                 if not self._awaiting_body:  # the old parser stopped inside that body
@@ -434,6 +524,102 @@ cdef class RequestAssembler:
                 continue
             start = stop
             self._take_body_directly()
+
+    cdef Py_ssize_t _take_plain(self, const char* data, Py_ssize_t size) except -1:
+        """Take the request at ``data`` without the parser when all of it has arrived and
+        it is plain: ``GET`` or ``POST``, an origin-form target, ``HTTP/1.1``, CRLF line
+        ends, headers of token names and visible-ASCII values (one space at most before a
+        value, none after), a Content-Length body or none, and no header the parser gives
+        a meaning of its own (Transfer-Encoding, Upgrade, Expect, a Connection other than
+        keep-alive), each header the server reads given once, within the limits. Every
+        such request is read by llhttp alike, so the parser, between messages, stays so.
+        Returns the bytes taken; 0 leaves the request to the parser."""
+        cdef const char* p = data
+        cdef const char* end = data + size
+        cdef const char* start
+        cdef const char* name
+        cdef const char* head_start
+        cdef Py_ssize_t target_size, name_size, value_size, head_size, length = 0
+        cdef int index
+        cdef unsigned long seen = 0  # the known headers met, by index
+        cdef HttpRequest request
+        if size >= 5 and memcmp(p, b"POST ", 5) == 0:
+            method = "POST"
+            p += 5
+        elif size >= 4 and memcmp(p, b"GET ", 4) == 0:
+            method = "GET"
+            p += 4
+        else:
+            return 0
+        start = p
+        while p < end and _TARGET[<unsigned char>p[0]]:
+            p += 1
+        target_size = p - start
+        if target_size == 0 or start[0] != c'/':
+            return 0
+        if end - p < 11 or memcmp(p, b" HTTP/1.1\r\n", 11) != 0:
+            return 0
+        url = PyBytes_FromStringAndSize(start, target_size)
+        p += 11
+        head_size = target_size
+        headers = {}
+        head_start = p
+        while True:
+            if end - p < 2:
+                return 0
+            if p[0] == c'\r':
+                if p[1] != c'\n':
+                    return 0
+                p += 2
+                break
+            name = p
+            while p < end and _TOKEN[<unsigned char>p[0]]:
+                p += 1
+            name_size = p - name
+            if name_size == 0 or p == end or p[0] != c':':
+                return 0
+            p += 1
+            if p < end and p[0] == c' ':
+                p += 1
+            start = p
+            while p < end and _VALUE[<unsigned char>p[0]]:
+                p += 1
+            value_size = p - start
+            if (value_size == 0 or _is_space(start[0]) or _is_space(p[-1])
+                    or end - p < 2 or p[0] != c'\r' or p[1] != c'\n'):
+                return 0
+            p += 2
+            head_size += name_size + value_size + 4
+            if head_size > self.max_head_size:
+                return 0  # the parser words the error
+            index = _known_index(name, name_size)
+            if index < 0:
+                if name_size == 17 and strncasecmp(name, b"transfer-encoding", 17) == 0:
+                    return 0
+            else:
+                if seen & (1 << index) or index == _EXPECT or index == _UPGRADE:
+                    return 0
+                seen |= 1 << index
+                if index == _CONTENT_LENGTH:
+                    length = _plain_length(start, value_size)
+                    if length < 0 or length > self.max_body_size:
+                        return 0
+                elif index == _CONNECTION:
+                    if value_size != 10 or strncasecmp(start, b"keep-alive", 10) != 0:
+                        return 0
+                headers[KNOWN_HEADERS[index]] = PyUnicode_DecodeLatin1(start, value_size, NULL)
+        if end - p < length:
+            return 0  # the rest of the body is still on its way
+        request = HttpRequest.__new__(HttpRequest)
+        request.method = method
+        request.path, request.query = _split_target(url)
+        request.headers = headers
+        request._plain_head = PyBytes_FromStringAndSize(head_start, p - 2 - head_start)
+        request.body = PyByteArray_FromStringAndSize(p, length) if length else bytearray()
+        request.keep_alive = True
+        request.http_version = "1.1"
+        self._completed.append(request)
+        return p + length - data
 
     cdef int _renew_parser(self) except -1:
         parser = type(self._parser)(self)
@@ -473,7 +659,7 @@ cdef class RequestAssembler:
         request.path = self._path
         request.query = self._query
         request.headers = self._headers
-        request.raw_headers = self._raw_headers
+        request._raw_headers = self._raw_headers
         request.body = self._body if self._body is not None else bytearray()
         request.keep_alive = keep_alive
         request.http_version = http_version

@@ -113,8 +113,17 @@ class RequestAssembler:
     def max_head_size(self) -> int: ...
     @property
     def direct_body_min(self) -> int: ...
+    @property
+    def take_plain(self) -> bool:
+        """Whether a plain request that has arrived whole is read without the parser
+        (``GET``/``POST``, HTTP/1.1, a Content-Length body or none, no header the parser
+        gives a meaning of its own): each is one llhttp reads alike."""
     def __init__(
-        self, max_body_size: int = ..., max_head_size: int = ..., direct_body_min: int = ...
+        self,
+        max_body_size: int = ...,
+        max_head_size: int = ...,
+        direct_body_min: int = ...,
+        take_plain: bool = ...,
     ) -> None: ...
     def attach(self, parser: httptools.HttpRequestParser) -> None:
         """The parser that calls this assembler (for method, version and keep-alive).
