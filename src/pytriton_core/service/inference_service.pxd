@@ -2,6 +2,7 @@
 
 from pytriton_core.inference.request cimport InferenceRequest
 from pytriton_core.inference.response cimport InferenceResponse
+from pytriton_core.inference.tensor_data cimport check_tensor_limits
 from pytriton_core.runtime.model cimport Model
 
 

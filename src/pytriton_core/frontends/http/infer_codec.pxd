@@ -58,3 +58,14 @@ cdef DecodedInfer _walked(InferenceRequest request, tuple walked)
     size=Py_ssize_t,
 )
 cpdef encode_infer_response(Model model, DecodedInfer decoded, InferenceResponse response)
+
+
+@cython.locals(
+    binary_outputs=dict,
+    binary_by_default=bint,
+    outputs=list,
+    blobs=list,
+    sizes=list,
+    size=Py_ssize_t,
+)
+cdef object _binary_response(Model model, DecodedInfer decoded, InferenceResponse response)

@@ -17,6 +17,7 @@ from orjson import OPT_SERIALIZE_NUMPY as _SERIALIZE_NUMPY
 from orjson import dumps as _orjson_dumps
 
 from pytriton_core import types
+from pytriton_core._native.infer_header import binary_response_header
 from pytriton_core._native.infer_walk import HeaderMemo, walk_binary_infer
 from pytriton_core._native.json_tensor import (
     SHAPE_MISMATCH,
@@ -600,6 +601,10 @@ def encode_infer_response(
 ) -> HttpResponse:
     """JSON header + binary blobs; raises a ServerError for an output JSON cannot carry."""
     request = decoded.request
+    if not response.parameters and not decoded.shm_outputs:
+        answer = _binary_response(model, decoded, response)
+        if answer is not None:
+            return answer
     document: dict[str, Any] = {}
     if request.id:
         document["id"] = request.id
@@ -631,6 +636,39 @@ def encode_infer_response(
         outputs.append(entry)
     document["outputs"] = outputs
     header = dump_document(document, json_entries)
+    if not blobs:
+        return HttpResponse(200, (header,), JSON)
+    return HttpResponse(
+        200,
+        (header, *blobs),
+        OCTET_STREAM,
+        [(b"Inference-Header-Content-Length", b"%d" % len(header))],
+    )
+
+
+def _binary_response(
+    model: Model, decoded: DecodedInfer, response: InferenceResponse
+) -> HttpResponse | None:
+    """The common answer (every output binary, no parameters, no output to a region) with
+    its header written directly, byte for byte as the general encode writes it; None when
+    it is not that (the general encode then answers)."""
+    binary_outputs, binary_by_default = decoded.binary_outputs, decoded.binary_by_default
+    outputs = response.outputs
+    blobs: list[Buffer] = []
+    sizes: list[int] = []
+    for tensor in outputs:
+        if not binary_outputs.get(tensor.name, binary_by_default):
+            return None
+        blob = array_to_bytes(tensor)
+        size = len(blob)
+        sizes.append(size)
+        if size:
+            blobs.append(blob)
+    header = binary_response_header(
+        decoded.request.id, model.name, str(model.version), outputs, sizes
+    )
+    if header is None:
+        return None
     if not blobs:
         return HttpResponse(200, (header,), JSON)
     return HttpResponse(
