@@ -1,9 +1,10 @@
 """Fuzz HTTP framing and request assembly (httptools + the compiled RequestAssembler).
 
 Oracle: the requests assembled from the bytes in one piece by the parser alone equal those
-assembled when ``feed`` takes bodies itself, from the whole bytes and from the same bytes cut
-anywhere (Triton 2.51 mis-assembles a request line that arrives in pieces), and a refusal is
-the same refusal at the same request.
+assembled as the server assembles them (``feed`` taking plain requests without the parser,
+and bodies itself), from the whole bytes and from the same bytes cut anywhere (Triton 2.51
+mis-assembles a request line that arrives in pieces), and a refusal is the same refusal at
+the same request.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ MAX_HEAD = 1024
 PARSER_ONLY = MAX_BODY + 1  # no body reaches it: every one goes through on_body
 
 
-def assemble(data: bytes, cuts: list[int], direct_body_min: int) -> list[object]:
+def assemble(
+    data: bytes, cuts: list[int], direct_body_min: int, take_plain: bool = True
+) -> list[object]:
     """Requests (and the refusal that ended them) from ``data`` fed in pieces, as the
-    server feeds them (``direct_body_min``: bodies from that size are taken by ``feed``)."""
-    assembler = RequestAssembler(MAX_BODY, MAX_HEAD, direct_body_min)
+    server feeds them (``direct_body_min``: bodies from that size are taken by ``feed``;
+    ``take_plain``: plain requests are read without the parser)."""
+    assembler = RequestAssembler(MAX_BODY, MAX_HEAD, direct_body_min, take_plain)
     assembler.attach(httptools.HttpRequestParser(assembler))
     out: list[object] = []
     pieces, start = [], 0
@@ -59,6 +63,7 @@ def _summary(request: object) -> tuple[object, ...]:
         r.path,  # type: ignore[attr-defined]
         r.query,  # type: ignore[attr-defined]
         tuple(sorted(r.headers.items())),  # type: ignore[attr-defined]
+        tuple(r.raw_headers),  # type: ignore[attr-defined]
         bytes(r.body),  # type: ignore[attr-defined]
         r.keep_alive,  # type: ignore[attr-defined]
         r.http_version,  # type: ignore[attr-defined]
@@ -70,8 +75,8 @@ def test_one_input(data: bytes) -> None:
     cuts = [provider.ConsumeIntInRange(0, 512) for _ in range(provider.ConsumeIntInRange(0, 8))]
     provider_min = provider.ConsumeIntInRange(0, 63)
     payload = provider.ConsumeBytes(provider.remaining_bytes())
-    # The parser alone (no body taken directly) is the reference.
-    whole = assemble(payload, [], PARSER_ONLY)
+    # The parser alone (no request read without it, no body taken directly) is the reference.
+    whole = assemble(payload, [], PARSER_ONLY, take_plain=False)
     for request in whole:
         if request[0] != "refused":
             assert len(request[4]) <= MAX_BODY  # type: ignore[arg-type]
