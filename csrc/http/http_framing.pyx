@@ -493,17 +493,17 @@ cdef class RequestAssembler:
             raise RuntimeError("RequestAssembler.attach(parser) was not called")
         view = None
         while start < end:
-            if self._between and self.take_plain:
-                taken = self._take_plain(p + start, end - start)
-                if taken:
-                    start += taken
-                    continue
-            if self._awaiting_body:
+            if self._awaiting_body:  # (first: these bytes are a body, whatever they hold)
                 start += self._take_body(p + start, end - start)
                 if not self._awaiting_body:  # the old parser stopped inside that body
                     self._renew_parser()
                     cut = end - start >= self.direct_body_min
                 continue
+            if self._between and self.take_plain:
+                taken = self._take_plain(p + start, end - start)
+                if taken:
+                    start += taken
+                    continue
             stop = end
             if cut:
                 cut = False

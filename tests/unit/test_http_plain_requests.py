@@ -91,6 +91,19 @@ def test_a_request_that_is_not_plain_goes_to_the_parser(request_bytes: bytes) ->
     assert fed == len(request_bytes)
 
 
+@pytest.mark.parametrize("cut", [0, 40, 95])
+def test_an_upgrade_offers_body_is_a_body_though_it_reads_as_a_request(cut: int) -> None:
+    inner = b"GET /v2/health/ready HTTP/1.1\r\n\r\n"
+    stream = (
+        b"POST /v2/models/m/infer HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(inner) + inner + PLAIN
+    )
+    plain, _ = assembled(stream, [cut] if cut else [], take_plain=True)
+    assert plain == assembled(stream, [], take_plain=False)[0]
+    assert [request[1] for request in plain] == ["/v2/models/m/infer", "/v2/models/identity/infer"]
+    assert plain[0][-1] == inner
+
+
 def test_a_request_not_whole_yet_goes_to_the_parser() -> None:
     plain, fed = assembled(PLAIN, [len(PLAIN) - 1], take_plain=True)
     assert plain == assembled(PLAIN, [], take_plain=False)[0]
@@ -180,6 +193,10 @@ def generated_request(rng: random.Random, odd: float) -> bytes:
             body += b"d"
     if any(h.lower().startswith(b"transfer-encoding") for h in headers):
         body = b"3\r\nabc\r\n0\r\n\r\n"
+    elif rng.random() < odd / 2:  # an upgrade offer whose body reads as a plain request
+        body = b"GET /v2/health/ready HTTP/1.1\r\n\r\n"
+        headers = [h for h in headers if not h.lower().startswith(b"content-length")]
+        headers += [b"Connection: upgrade", b"Upgrade: h2c", b"Content-Length: %d" % len(body)]
     ending = b"\n" if rng.random() < odd / 3 else b"\r\n"
     return line + ending + b"".join(h + ending for h in headers) + ending + body
 
