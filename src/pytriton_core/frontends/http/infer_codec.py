@@ -636,14 +636,7 @@ def encode_infer_response(
         outputs.append(entry)
     document["outputs"] = outputs
     header = dump_document(document, json_entries)
-    if not blobs:
-        return HttpResponse(200, (header,), JSON)
-    return HttpResponse(
-        200,
-        (header, *blobs),
-        OCTET_STREAM,
-        [(b"Inference-Header-Content-Length", b"%d" % len(header))],
-    )
+    return _answer(header, blobs)
 
 
 def _binary_response(
@@ -669,6 +662,11 @@ def _binary_response(
     )
     if header is None:
         return None
+    return _answer(header, blobs)
+
+
+def _answer(header: bytes, blobs: list[Buffer]) -> HttpResponse:
+    """The infer answer: the JSON header alone, or followed by the binary outputs' blobs."""
     if not blobs:
         return HttpResponse(200, (header,), JSON)
     return HttpResponse(
