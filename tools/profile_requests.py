@@ -6,6 +6,9 @@
     .venv/bin/python tools/profile_requests.py --path http-binary --model identity_process
     valgrind --tool=callgrind --instr-atstart=no .venv/bin/python tools/profile_requests.py \
         --path http-json --requests 2000 --warmup 300 --rounds 0 --callgrind
+    valgrind --tool=callgrind --instr-atstart=no --trace-children=yes \
+        --trace-children-skip-by-arg=127.0.0.1 .venv/bin/python tools/profile_requests.py \
+        --path http-binary --model identity_process --rounds 0 --callgrind --callgrind-workers
 
 The server runs in this process (``pytriton_core.Server`` with its HTTP and gRPC front ends,
 the bench's ``identity_fp32`` repository, with ``--model pipe_ensemble|pipe_bls`` the
@@ -215,23 +218,36 @@ def _worker_seconds(load: _Load) -> float:
     return sum(procstats.cpu_seconds(pid) for pid in tree if pid != load.pid)
 
 
-def _callgrind_window(load: _Load, requests: int) -> None:
+def _callgrind_window(load: _Load, requests: int, workers: bool) -> None:
     """Switch callgrind's counting on around one window (this process runs under
-    ``valgrind --tool=callgrind --instr-atstart=no``), then dump and read its totals."""
-    pid = str(os.getpid())
-    subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+    ``valgrind --tool=callgrind --instr-atstart=no``), then dump and read its totals; with
+    ``workers``, also in the model's worker processes (valgrind with ``--trace-children=yes
+    --trace-children-skip-by-arg=127.0.0.1``: the load's client, whose arguments name the
+    address, runs natively)."""
+    own = os.getpid()
+    pids = [own]
+    if workers:
+        pids += [pid for pid in procstats.process_tree(own)[1:] if pid != load.pid]
+    for pid in pids:
+        subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
     load.run(requests)
-    subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
-    subprocess.run(["callgrind_control", "-d", "window", pid], check=True, capture_output=True)
-    outputs = sorted(Path.cwd().glob(f"callgrind.out.{pid}*"), key=lambda p: p.stat().st_mtime)
-    if not outputs:  # valgrind ran with --callgrind-out-file: the dump is FILE.1
-        print(f"callgrind: dumped; its totals (valgrind's Collected) over {requests} requests")
-        return
-    total = 0
-    for line in outputs[-1].read_text(errors="replace").splitlines():
-        if line.startswith(("summary:", "totals:")):
-            total = int(line.split()[1])
-    print(f"callgrind: {total / requests / 1000:.0f}k instructions/request ({outputs[-1].name})")
+    for pid in pids:
+        for step in (["-i", "off"], ["-d", "window"]):
+            subprocess.run(["callgrind_control", *step, str(pid)], check=True, capture_output=True)
+    for pid in pids:
+        outputs = sorted(Path.cwd().glob(f"callgrind.out.{pid}*"), key=lambda p: p.stat().st_mtime)
+        if not outputs:  # valgrind ran with --callgrind-out-file: the dump is FILE.1
+            print(f"callgrind: dumped; its totals (valgrind's Collected) over {requests} requests")
+            continue
+        total = 0
+        for line in outputs[-1].read_text(errors="replace").splitlines():
+            if line.startswith(("summary:", "totals:")):
+                total = int(line.split()[1])
+        who = "server" if pid == own else "worker process"
+        print(
+            f"callgrind: {who} {total / requests / 1000:.0f}k instructions/request "
+            f"({outputs[-1].name})"
+        )
 
 
 def main() -> None:
@@ -253,6 +269,12 @@ def main() -> None:
         "--callgrind",
         action="store_true",
         help="run under valgrind --tool=callgrind --instr-atstart=no: instructions per request",
+    )
+    parser.add_argument(
+        "--callgrind-workers",
+        action="store_true",
+        help="with --callgrind and --model identity_process: the worker process's too "
+        "(valgrind also with --trace-children=yes --trace-children-skip-by-arg=127.0.0.1)",
     )
     parser.add_argument("--top", type=int, default=0, help="with --cprofile: functions to list")
     parser.add_argument("--dump", help="with --cprofile: write the pstats file here")
@@ -298,7 +320,7 @@ def main() -> None:
                         worker = (worker_end - worker_start) / args.requests * 1e6
                         print(f"{args.path}: worker process CPU {worker:.1f} µs/request")
                 if args.callgrind:
-                    _callgrind_window(load, args.requests)
+                    _callgrind_window(load, args.requests, args.callgrind_workers)
                 if args.cprofile:
                     profiler = cProfile.Profile()
                     _on_loop(server, profiler.enable)

@@ -23,7 +23,7 @@ from pytriton_core.backends.python.process_transport import (
     build_response,
     channel_pair,
     layout,
-    request_fields,
+    request_arguments,
     request_header,
     response_header,
     take_responses,
@@ -64,6 +64,75 @@ def test_every_datatype_crosses_an_arena_unchanged(datatype: types.DataType, cop
 def _pair() -> tuple[Channel, Channel]:
     ours, theirs = channel_pair()
     return ours, Channel(*theirs)
+
+
+def test_a_view_keeps_the_mapping_after_its_arena_is_closed() -> None:
+    arena = Arena.create(0)
+    tensor = Tensor("T", types.BY_WIRE_NAME["FP32"], np.arange(16, dtype=np.float32).reshape(1, 16))
+    data, nbytes = Arena.encoded(tensor)
+    view = arena.read(arena.write(64, tensor, data, nbytes), False).data
+    copied = arena.read((tensor.name, "FP32", (1, 16), 64, nbytes), True).data
+    arena.close()
+    # Unmapped only once the view goes: reading it after the close reads the arena's bytes.
+    assert view.tolist() == copied.tolist() == tensor.data.tolist()
+    assert view.base is not None and copied.base is None
+
+
+@pytest.mark.parametrize(
+    ("offset", "nbytes", "shape"),
+    [
+        (-64, 64, (16,)),  # before the mapping
+        ((1 << 20) - 32, 64, (16,)),  # runs past its end
+        (1 << 20, 4, (1,)),  # starts at its end
+        (64, 60, (16,)),  # bytes that do not hold the shape
+        (64, 1 << 62, (1 << 60,)),  # a size past the end, however large
+        (64, 64, (-1, -16)),  # negative dimensions
+    ],
+)
+def test_reads_outside_the_arena_or_not_matching_their_shape_fail(
+    offset: int, nbytes: int, shape: tuple[int, ...]
+) -> None:
+    arena = Arena.create(0)
+    try:
+        for copy in (False, True):
+            with pytest.raises(ValueError):
+                arena.read(("T", "FP32", shape, offset, nbytes), copy)
+    finally:
+        arena.close()
+
+
+def test_writes_outside_the_arena_fail_and_write_nothing() -> None:
+    arena = Arena.create(0)
+    try:
+        tensor = Tensor("T", types.BY_WIRE_NAME["UINT8"], np.full(64, 7, dtype=np.uint8))
+        data, nbytes = Arena.encoded(tensor)
+        for offset in (-1, (1 << 20) - 63, 1 << 20):
+            with pytest.raises(ValueError):
+                arena.write(offset, tensor, data, nbytes)
+        with pytest.raises(ValueError):  # not contiguous: never handed over as it is
+            arena.write(64, tensor, np.arange(8.0)[::2], 32)
+        with pytest.raises(ValueError):  # objects are pointers, not data
+            arena.write(64, tensor, np.array([b"a"], dtype=object), 8)
+        end = arena.read(("T", "UINT8", (64,), (1 << 20) - 64, 64), True).data
+        assert not end.any()
+    finally:
+        arena.close()
+
+
+def test_the_worker_arena_counters_start_at_zero_and_add_up() -> None:
+    arena = Arena.create(0)
+    try:
+        assert arena.counters() == (0, 0)
+        arena.set_written(4096)
+        arena.add_taken(1024)
+        arena.add_taken(3072)
+        assert arena.counters() == (4096, 4096)
+        # The other process's mapping of the same file sees them.
+        other = Arena(arena.fd, arena.size)
+        assert other.counters() == (4096, 4096)
+        del other
+    finally:
+        arena.close()
 
 
 @pytest.mark.parametrize("size", [10, 100_000])  # within one read, and past it
@@ -152,7 +221,7 @@ def test_request_and_response_headers_round_trip() -> None:
         correlation_id="seq",
         flags=1,
     )
-    again = InferenceRequest(**request_fields(request_header(request), [tensor]))
+    again = InferenceRequest(*request_arguments(request_header(request), [tensor]))
     for name in ("model_name", "model_version", "id", "parameters", "timeout_us", "flags"):
         assert getattr(again, name) == getattr(request, name)
     assert again.correlation_id == "seq"

@@ -37,7 +37,7 @@ from pytriton_core.backends.python.process_transport import (
     RequestHeader,
     ResponseWriter,
     build_response,
-    request_fields,
+    request_arguments,
     request_header,
     response_header,
     take_tensors,
@@ -235,7 +235,7 @@ class ServedCalls:
             self._finished(call, target)
             self._send({"kind": "bls_refused", "call": call, "error": _error_of(error)})
 
-        request = InferenceRequest(**request_fields(header, tensors), on_response=respond)
+        request = InferenceRequest(*request_arguments(header, tensors), on_response=respond)
         if self._server is None:
             refused(UnavailableError("this server takes no calls from models"))
             return

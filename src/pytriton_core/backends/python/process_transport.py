@@ -8,8 +8,8 @@ Two parts, both used on each side:
 * ``Arena``: a shared-memory file (memfd on Linux, so no ``/dev/shm`` sizing is needed)
   mapped by both processes. Each arena has one writer: the server writes a batch's inputs
   into its arena, the worker writes responses into its own. Tensor data is copied into an
-  arena once (numpy's memcpy; BYTES through the compiled codec) and read on the other side
-  as views.
+  arena once (a compiled ``memcpy``, ``_native.arena_io``; BYTES through the compiled codec)
+  and read on the other side as views, or copied out once.
 
 The worker's arena is reused as a bump allocator: the server counts in the arena's header
 the bytes it has taken out, and the worker starts again from the beginning once everything
@@ -20,7 +20,6 @@ overwrite data the server has not read.
 from __future__ import annotations
 
 import array
-import mmap
 import os
 import pickle
 import socket
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from pytriton_core import types
+from pytriton_core._native.arena_io import ArenaMemory
 from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serialize_bytes_tensor
 from pytriton_core.errors import ServerError
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
@@ -214,31 +214,22 @@ TensorRef = tuple[str, str, tuple[int, ...], int, int]
 
 
 class Arena:
-    """A shared mapping, written by one side (see the module docstring)."""
+    """A shared mapping, written by one side (see the module docstring). The bytes move
+    in compiled code (``_native.arena_io``): a ``memcpy`` each way, every offset checked
+    against the mapping."""
 
     def __init__(self, fd: int, size: int) -> None:
         self.fd = fd
         self.size = size
-        self._map = mmap.mmap(fd, size)
-        self._view = memoryview(self._map)
-        # Arrays over it are read-only views without a flag to set on each one.
-        self._readonly = self._view.toreadonly()
-        # The worker arena's header as two u64 (bytes written, bytes taken): read and set
-        # by indexing, with no call per message (native order: both sides are one machine).
-        self._counters = self._view[:16].cast("Q")
+        # Unmapped when its last reference goes: the arrays viewing it hold it too.
+        self._memory = ArenaMemory(fd, size)
 
     @classmethod
     def create(cls, size: int) -> Arena:
         return cls(_shared_file(max(size, MIN_ARENA_BYTES)), max(size, MIN_ARENA_BYTES))
 
     def close(self) -> None:
-        self._counters.release()
-        self._readonly.release()
-        self._view.release()
-        try:
-            self._map.close()
-        except BufferError:
-            pass  # a view still points in; the mapping goes with its last reference
+        del self._memory  # the mapping goes with its last view
         os.close(self.fd)
 
     # ------------------------------------------------------------------ writing
@@ -257,11 +248,7 @@ class Arena:
     def write(
         self, offset: int, tensor: Tensor, data: np.ndarray | bytes, nbytes: int
     ) -> TensorRef:
-        if nbytes:
-            # A memoryview copy: under half numpy's slice assignment's time. Through a
-            # uint8 view: some dtypes (ml_dtypes' bfloat16) export no buffer of their own.
-            source = data.reshape(-1).view(np.uint8).data if isinstance(data, np.ndarray) else data
-            self._view[offset : offset + nbytes] = source
+        self._memory.write(offset, data)
         return (tensor.name, tensor.datatype.wire_name, tensor.shape, offset, nbytes)
 
     # ------------------------------------------------------------------ reading
@@ -271,29 +258,25 @@ class Arena:
         name, wire_name, shape, offset, nbytes = ref
         datatype = types.BY_WIRE_NAME[wire_name]
         if datatype.is_bytes:
-            raw_bytes = self._view[offset : offset + nbytes]
+            raw_bytes = memoryview(self._memory)[offset : offset + nbytes]
             data = deserialize_bytes_tensor(raw_bytes, types.element_count(shape))
             data = data.reshape(shape)
         else:
-            dtype = datatype.numpy_dtype
-            count = nbytes // dtype.itemsize
-            data = np.frombuffer(self._readonly, dtype, count, offset).reshape(shape)
-            if copy:
-                data = data.copy()
+            data = self._memory.array(offset, nbytes, datatype.numpy_dtype, shape, copy)
         return Tensor(name, datatype, data)
 
     # ---------------------------------------------------- the worker's counters
 
     def counters(self) -> tuple[int, int]:
-        counters = self._counters
-        return counters[0], counters[1]
+        memory = self._memory
+        return memory.written(), memory.taken()
 
     def set_written(self, value: int) -> None:
-        self._counters[0] = value
+        self._memory.set_written(value)
 
     def add_taken(self, count: int) -> None:
         # Only the server writes this field; the worker only reads it.
-        self._counters[1] += count
+        self._memory.add_taken(count)
 
 
 def aligned(size: int) -> int:
@@ -402,7 +385,7 @@ ExecutionAnswer = tuple[tuple[Any, str] | None, list[ResponseHeader | None], lis
 
 
 def request_header(request: InferenceRequest) -> RequestHeader:
-    """What a request is besides its tensors (``request_fields`` on the other side)."""
+    """What a request is besides its tensors (``request_arguments`` on the other side)."""
     requested = request.requested_outputs
     return (
         request.model_name,
@@ -416,22 +399,30 @@ def request_header(request: InferenceRequest) -> RequestHeader:
     )
 
 
-def request_fields(header: RequestHeader, inputs: Sequence[Tensor]) -> dict[str, Any]:
-    """``InferenceRequest`` keyword arguments for a ``request_header`` and its inputs."""
+# InferenceRequest's positional arguments from its model name to its flags.
+RequestArguments = tuple[
+    str, int, str, dict[str, Tensor], dict[str, RequestedOutput] | None, dict[str, Any], int,
+    int, int | str, int,
+]  # fmt: skip
+
+
+def request_arguments(header: RequestHeader, inputs: Sequence[Tensor]) -> RequestArguments:
+    """``InferenceRequest``'s positional arguments, from its name to its flags, for a
+    ``request_header`` and its inputs (positional: a worker makes one request per request,
+    and a call with keywords costs it the keywords' parse)."""
     name, version, request_id, requested, parameters, timeout_us, correlation_id, flags = header
-    return {
-        "model_name": name,
-        "model_version": version,
-        "id": request_id,
-        "inputs": {tensor.name: tensor for tensor in inputs},
-        "requested_outputs": None
-        if requested is None
-        else {output: RequestedOutput(output) for output in requested},
-        "parameters": parameters,
-        "timeout_us": timeout_us,
-        "correlation_id": correlation_id,
-        "flags": flags,
-    }
+    return (
+        name,
+        version,
+        request_id,
+        {tensor.name: tensor for tensor in inputs},
+        None if requested is None else {output: RequestedOutput(output) for output in requested},
+        parameters,
+        0,  # priority: the server's scheduler has applied it
+        timeout_us,
+        correlation_id,
+        flags,
+    )
 
 
 def response_header(response: InferenceResponse) -> ResponseHeader:

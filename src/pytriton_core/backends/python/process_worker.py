@@ -31,7 +31,7 @@ from pytriton_core.backends.python.process_transport import (
     ExecutionAnswer,
     ResponseHeader,
     ResponseWriter,
-    request_fields,
+    request_arguments,
     response_header,
 )
 from pytriton_core.config import ModelSpec, config_from_json, config_to_json_dict
@@ -51,13 +51,12 @@ class _WorkerRequest(InferenceRequest):
 
     def __init__(
         self,
-        *,
-        key: int = 0,
-        writer: ResponseWriter | None = None,
-        live: dict[int, _WorkerRequest] | None = None,
-        **fields: Any,
+        key: int,
+        writer: ResponseWriter | None,
+        live: dict[int, _WorkerRequest] | None,
+        *arguments: Any,  # InferenceRequest's, positional (``request_arguments``)
     ) -> None:
-        super().__init__(**fields)
+        super().__init__(*arguments)
         self.key = key
         self.writer = writer
         self.live = live
@@ -205,10 +204,7 @@ class _Worker:
                     inputs.append(read(ref, copy))
                 requests.append(
                     _WorkerRequest(
-                        **request_fields(header, inputs),
-                        key=key,
-                        writer=self._event_writer,
-                        live=live,
+                        key, self._event_writer, live, *request_arguments(header, inputs)
                     )
                 )
             bundle.append(requests)
@@ -245,7 +241,7 @@ class _Worker:
         headers: list[ResponseHeader | None] = []
         failure = None
         try:
-            responses = instance.execute(requests, ComputeTiming(start_ns=clock.now_ns()))
+            responses = instance.execute(requests, ComputeTiming(clock.now_ns()))
             tensors = []
             for response in responses:
                 if response is None:
