@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,29 +32,55 @@ class Window:
 
 
 def run_tool(
-    command: Sequence[str], *, timeout_s: float, log_path: Path, env: dict[str, str] | None = None
+    command: Sequence[str],
+    *,
+    timeout_s: float,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    on_start: Callable[[subprocess.Popen[str]], str | None] | None = None,
 ) -> str:
-    """Run ``command`` (bounded by ``timeout_s``), keep its output in ``log_path``, return it."""
-    try:
-        completed = subprocess.run(
-            list(command),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
-            env=env,
-            check=False,
-        )
-        output, returncode = completed.stdout + completed.stderr, completed.returncode
-    except subprocess.TimeoutExpired as expired:
-        output = _text(expired.stdout) + _text(expired.stderr)
-        log_path.write_text(f"$ {' '.join(command)}\n{output}\n[timed out after {timeout_s} s]\n")
-        raise ClientError(f"{Path(command[0]).name} timed out after {timeout_s:.0f} s") from None
-    log_path.write_text(f"$ {' '.join(command)}\n{output}\n[exit {returncode}]\n")
+    """Run ``command`` (bounded by ``timeout_s``), keep its output in ``log_path``, return it.
+
+    ``on_start``, when given, is called with the started process (its output not read yet, so
+    it must return soon); the line it returns, if any, goes into the log after the command."""
+    started = time.monotonic()
+    note = ""
+    with subprocess.Popen(
+        list(command),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env=env,
+    ) as process:
+        try:
+            if on_start is not None:
+                note = on_start(process) or ""
+            remaining = max(timeout_s - (time.monotonic() - started), 0.0)
+            stdout, stderr = process.communicate(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            output = _text(stdout) + _text(stderr)
+            log_path.write_text(
+                f"$ {' '.join(command)}\n{_note(note)}{output}\n[timed out after {timeout_s} s]\n"
+            )
+            raise ClientError(
+                f"{Path(command[0]).name} timed out after {timeout_s:.0f} s"
+            ) from None
+        except BaseException:
+            process.kill()
+            raise
+    output, returncode = stdout + stderr, process.returncode
+    log_path.write_text(f"$ {' '.join(command)}\n{_note(note)}{output}\n[exit {returncode}]\n")
     if returncode != 0:
         raise ClientError(f"{Path(command[0]).name} exited with {returncode}: {tail(output)}")
     return output
+
+
+def _note(note: str) -> str:
+    return f"[{note}]\n" if note else ""
 
 
 def tail(text: str, lines: int = 6) -> str:
