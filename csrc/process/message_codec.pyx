@@ -1,0 +1,324 @@
+# cython: language_level=3
+"""Control messages of process mode written and read without pickle.
+
+A bundle's requests and a worker's answer cross the worker's socket for every request
+served in process mode, and pickle spent some 5,000 instructions to write one and as many
+to read it, on each side. These are trees of a few built-in types, written here as a tag
+byte per value and little-endian lengths and numbers:
+
+    N None   T True   F False   i int64   d float64
+    s str (u32 length, UTF-8)   r the n-th str of the message again (u8 n)
+    b bytes (u32 length)
+    t tuple, l list (u32 count, items)   m dict (u32 count, key and value pairs)
+
+A payload starts with ``FORMAT`` (pickle's start with 0x80, so a reader tells them apart).
+Only exact built-in types are written, since a subclass (an enum, a numpy scalar) would
+come back as its base type: ``encode`` returns None for anything else (or for ints past
+int64, or nesting past ``_MAX_DEPTH``), and the caller pickles that message. ``decode``
+checks every length against the payload and raises ``ValueError`` on anything malformed.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Next, PyDict_SetItem
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int64_t, uint32_t
+from libc.string cimport memcpy
+
+cdef extern from "Python.h":
+    bint PyLong_CheckExact(object o)
+    bint PyFloat_CheckExact(object o)
+    bint PyUnicode_CheckExact(object o)
+    bint PyBytes_CheckExact(object o)
+    bint PyTuple_CheckExact(object o)
+    bint PyList_CheckExact(object o)
+    bint PyDict_CheckExact(object o)
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+    Py_ssize_t PyTuple_GET_SIZE(object o)
+    Py_ssize_t PyList_GET_SIZE(object o)
+    Py_ssize_t PyDict_GET_SIZE "PyDict_Size"(object o)
+    PyObject* PyTuple_GET_ITEM(object o, Py_ssize_t i)
+    PyObject* PyList_GET_ITEM(object o, Py_ssize_t i)
+
+FORMAT = 1  # the first byte of every payload this module writes
+cdef unsigned char _FORMAT = 1
+cdef int _MAX_DEPTH = 32
+cdef Py_ssize_t _MAX_LENGTH = 0xFFFFFFFF
+
+
+# A message names one model, one datatype, one tensor... many times over: a str object
+# seen before in the same message is written as a reference to it (as pickle's memo does),
+# and the reader makes it once. By identity: the writer compares pointers, no hashing.
+DEF _KNOWN_STRINGS = 32
+
+
+cdef struct _Writer:
+    char* data
+    Py_ssize_t size
+    Py_ssize_t capacity
+    PyObject* known[_KNOWN_STRINGS]
+    int known_count
+
+
+cdef int _reserve(_Writer* writer, Py_ssize_t more) except -1:
+    cdef Py_ssize_t need = writer.size + more
+    cdef Py_ssize_t capacity
+    cdef char* grown
+    if need <= writer.capacity:
+        return 0
+    capacity = writer.capacity * 2
+    if capacity < need:
+        capacity = need
+    grown = <char*>PyMem_Realloc(writer.data, <size_t>capacity)
+    if grown == NULL:
+        raise MemoryError()
+    writer.data = grown
+    writer.capacity = capacity
+    return 0
+
+
+cdef inline int _put_byte(_Writer* writer, unsigned char value) except -1:
+    _reserve(writer, 1)
+    writer.data[writer.size] = <char>value
+    writer.size += 1
+    return 0
+
+
+cdef inline int _put_u32(_Writer* writer, Py_ssize_t value) except -1:
+    cdef uint32_t word = <uint32_t>value
+    _reserve(writer, 4)
+    memcpy(writer.data + writer.size, &word, 4)  # little-endian: the machine's (one host)
+    writer.size += 4
+    return 0
+
+
+cdef inline int _put_bytes(_Writer* writer, const char* data, Py_ssize_t size) except -1:
+    _reserve(writer, size)
+    memcpy(writer.data + writer.size, data, <size_t>size)
+    writer.size += size
+    return 0
+
+
+cdef int _write(_Writer* writer, object value, int depth) except -1:
+    """1 when written, 0 when ``value`` (or a part) is not of the types written here."""
+    cdef Py_ssize_t size, i
+    cdef const char* text
+    cdef int overflow = 0
+    cdef long long number
+    cdef double real
+    cdef PyObject* key
+    cdef PyObject* item
+    if depth > _MAX_DEPTH:
+        return 0
+    if value is None:
+        _put_byte(writer, b'N')
+    elif value is True:
+        _put_byte(writer, b'T')
+    elif value is False:
+        _put_byte(writer, b'F')
+    elif PyLong_CheckExact(value):
+        number = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if overflow:
+            return 0
+        _put_byte(writer, b'i')
+        _put_bytes(writer, <const char*>&number, 8)
+    elif PyUnicode_CheckExact(value):
+        for i in range(writer.known_count):
+            if writer.known[i] == <PyObject*>value:
+                _put_byte(writer, b'r')
+                _put_byte(writer, <unsigned char>i)
+                return 1
+        if writer.known_count < _KNOWN_STRINGS:
+            writer.known[writer.known_count] = <PyObject*>value  # alive: ``message`` holds it
+            writer.known_count += 1
+        text = PyUnicode_AsUTF8AndSize(value, &size)
+        if size > _MAX_LENGTH:
+            return 0
+        _put_byte(writer, b's')
+        _put_u32(writer, size)
+        _put_bytes(writer, text, size)
+    elif PyTuple_CheckExact(value):
+        size = PyTuple_GET_SIZE(value)
+        if size > _MAX_LENGTH:
+            return 0
+        _put_byte(writer, b't')
+        _put_u32(writer, size)
+        for i in range(size):
+            if not _write(writer, <object>PyTuple_GET_ITEM(value, i), depth + 1):
+                return 0
+    elif PyList_CheckExact(value):
+        size = PyList_GET_SIZE(value)
+        if size > _MAX_LENGTH:
+            return 0
+        _put_byte(writer, b'l')
+        _put_u32(writer, size)
+        for i in range(size):
+            if not _write(writer, <object>PyList_GET_ITEM(value, i), depth + 1):
+                return 0
+    elif PyDict_CheckExact(value):
+        size = PyDict_GET_SIZE(value)
+        if size > _MAX_LENGTH:
+            return 0
+        _put_byte(writer, b'm')
+        _put_u32(writer, size)
+        i = 0
+        while PyDict_Next(value, &i, &key, &item):
+            if not _write(writer, <object>key, depth + 1):
+                return 0
+            if not _write(writer, <object>item, depth + 1):
+                return 0
+    elif PyFloat_CheckExact(value):
+        real = PyFloat_AS_DOUBLE(value)
+        _put_byte(writer, b'd')
+        _put_bytes(writer, <const char*>&real, 8)
+    elif PyBytes_CheckExact(value):
+        size = PyBytes_GET_SIZE(value)
+        if size > _MAX_LENGTH:
+            return 0
+        _put_byte(writer, b'b')
+        _put_u32(writer, size)
+        _put_bytes(writer, PyBytes_AS_STRING(value), size)
+    else:
+        return 0
+    return 1
+
+
+def encode(object message):
+    """``message`` written as described above, or None when it holds anything else."""
+    cdef _Writer writer
+    writer.size = 0
+    writer.known_count = 0
+    writer.capacity = 256
+    writer.data = <char*>PyMem_Malloc(<size_t>writer.capacity)
+    if writer.data == NULL:
+        raise MemoryError()
+    try:
+        _put_byte(&writer, _FORMAT)
+        if not _write(&writer, message, 0):
+            return None
+        return PyBytes_FromStringAndSize(writer.data, writer.size)
+    finally:
+        PyMem_Free(writer.data)
+
+
+cdef struct _Reader:
+    const char* data
+    Py_ssize_t size
+    Py_ssize_t position
+    PyObject* known[_KNOWN_STRINGS]  # owned references, released by ``decode``
+    int known_count
+
+
+cdef inline const char* _take(_Reader* reader, Py_ssize_t count) except NULL:
+    cdef const char* at
+    if count < 0 or count > reader.size - reader.position:
+        raise ValueError("a control message ends before its contents")
+    at = reader.data + reader.position
+    reader.position += count
+    return at
+
+
+cdef inline Py_ssize_t _take_u32(_Reader* reader) except -1:
+    cdef uint32_t word
+    memcpy(&word, _take(reader, 4), 4)
+    return <Py_ssize_t>word
+
+
+cdef object _read(_Reader* reader, int depth):
+    cdef char tag
+    cdef Py_ssize_t size, i
+    cdef int64_t number
+    cdef double real
+    cdef const char* at
+    cdef object result, key, item
+    if depth > _MAX_DEPTH:
+        raise ValueError("a control message nests too deep")
+    tag = _take(reader, 1)[0]
+    if tag == b'N':
+        return None
+    if tag == b'T':
+        return True
+    if tag == b'F':
+        return False
+    if tag == b'i':
+        memcpy(&number, _take(reader, 8), 8)
+        return PyLong_FromLongLong(number)
+    if tag == b's':
+        size = _take_u32(reader)
+        at = _take(reader, size)
+        result = PyUnicode_DecodeUTF8(at, size, "strict")
+        if reader.known_count < _KNOWN_STRINGS:
+            Py_INCREF(result)
+            reader.known[reader.known_count] = <PyObject*>result
+            reader.known_count += 1
+        return result
+    if tag == b'r':
+        i = <unsigned char>_take(reader, 1)[0]
+        if i >= reader.known_count:
+            raise ValueError("a control message refers to a string it has not held")
+        return <object>reader.known[i]
+    if tag == b't':
+        size = _take_u32(reader)
+        if size > reader.size - reader.position:  # each item takes a byte at least
+            raise ValueError("a control message ends before its contents")
+        result = PyTuple_New(size)
+        for i in range(size):
+            item = _read(reader, depth + 1)
+            Py_INCREF(item)
+            PyTuple_SET_ITEM(result, i, item)
+        return result
+    if tag == b'l':
+        size = _take_u32(reader)
+        if size > reader.size - reader.position:
+            raise ValueError("a control message ends before its contents")
+        result = PyList_New(size)
+        for i in range(size):
+            item = _read(reader, depth + 1)
+            Py_INCREF(item)
+            PyList_SET_ITEM(result, i, item)
+        return result
+    if tag == b'm':
+        size = _take_u32(reader)
+        if size > reader.size - reader.position:
+            raise ValueError("a control message ends before its contents")
+        result = {}
+        for i in range(size):
+            key = _read(reader, depth + 1)
+            item = _read(reader, depth + 1)
+            PyDict_SetItem(result, key, item)  # an unhashable key raises TypeError
+        return result
+    if tag == b'd':
+        memcpy(&real, _take(reader, 8), 8)
+        return PyFloat_FromDouble(real)
+    if tag == b'b':
+        size = _take_u32(reader)
+        at = _take(reader, size)
+        return PyBytes_FromStringAndSize(at, size)
+    raise ValueError(f"a control message holds an unknown tag {tag!r}")
+
+
+def decode(bytes data, Py_ssize_t start, Py_ssize_t end):
+    """The message ``encode`` wrote into ``data[start:end]``."""
+    cdef _Reader reader
+    cdef int i
+    if start < 0 or end > PyBytes_GET_SIZE(data) or end - start < 1:
+        raise ValueError("a control message outside its buffer")
+    reader.data = PyBytes_AS_STRING(data) + start
+    reader.size = end - start
+    if <unsigned char>reader.data[0] != _FORMAT:
+        raise ValueError("not a control message of this format")
+    reader.position = 1
+    reader.known_count = 0
+    try:
+        result = _read(&reader, 0)
+    finally:
+        for i in range(reader.known_count):
+            Py_DECREF(<object>reader.known[i])
+    if reader.position != reader.size:
+        raise ValueError("a control message has bytes after its end")
+    return result
