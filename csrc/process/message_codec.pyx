@@ -21,11 +21,11 @@ checks every length against the payload and raises ``ValueError`` on anything ma
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
-from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.list cimport PyList_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_New
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
@@ -39,11 +39,9 @@ cdef extern from "Python.h":
     bint PyList_CheckExact(object o)
     bint PyDict_CheckExact(object o)
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
-    Py_ssize_t PyTuple_GET_SIZE(object o)
-    Py_ssize_t PyList_GET_SIZE(object o)
     Py_ssize_t PyDict_GET_SIZE "PyDict_Size"(object o)
-    PyObject* PyTuple_GET_ITEM(object o, Py_ssize_t i)
-    PyObject* PyList_GET_ITEM(object o, Py_ssize_t i)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+    PyObject** PySequence_Fast_ITEMS(object o)
 
 FORMAT = 1  # the first byte of every payload this module writes
 cdef unsigned char _FORMAT = 1
@@ -113,6 +111,7 @@ cdef int _write(_Writer* writer, object value, int depth) except -1:
     cdef double real
     cdef PyObject* key
     cdef PyObject* item
+    cdef PyObject** items
     if depth > _MAX_DEPTH:
         return 0
     if value is None:
@@ -142,23 +141,17 @@ cdef int _write(_Writer* writer, object value, int depth) except -1:
         _put_byte(writer, b's')
         _put_u32(writer, size)
         _put_bytes(writer, text, size)
-    elif PyTuple_CheckExact(value):
-        size = PyTuple_GET_SIZE(value)
+    elif PyTuple_CheckExact(value) or PyList_CheckExact(value):
+        # Exact tuples and lists both keep their items in one array; nothing written here
+        # runs Python code, so the list cannot change while it is walked.
+        size = PySequence_Fast_GET_SIZE(value)
         if size > _MAX_LENGTH:
             return 0
-        _put_byte(writer, b't')
+        _put_byte(writer, b't' if PyTuple_CheckExact(value) else b'l')
         _put_u32(writer, size)
+        items = PySequence_Fast_ITEMS(value)
         for i in range(size):
-            if not _write(writer, <object>PyTuple_GET_ITEM(value, i), depth + 1):
-                return 0
-    elif PyList_CheckExact(value):
-        size = PyList_GET_SIZE(value)
-        if size > _MAX_LENGTH:
-            return 0
-        _put_byte(writer, b'l')
-        _put_u32(writer, size)
-        for i in range(size):
-            if not _write(writer, <object>PyList_GET_ITEM(value, i), depth + 1):
+            if not _write(writer, <object>items[i], depth + 1):
                 return 0
     elif PyDict_CheckExact(value):
         size = PyDict_GET_SIZE(value)
@@ -236,6 +229,7 @@ cdef object _read(_Reader* reader, int depth):
     cdef double real
     cdef const char* at
     cdef object result, key, item
+    cdef PyObject** items
     if depth > _MAX_DEPTH:
         raise ValueError("a control message nests too deep")
     tag = _take(reader, 1)[0]
@@ -262,25 +256,16 @@ cdef object _read(_Reader* reader, int depth):
         if i >= reader.known_count:
             raise ValueError("a control message refers to a string it has not held")
         return <object>reader.known[i]
-    if tag == b't':
+    if tag == b't' or tag == b'l':
         size = _take_u32(reader)
         if size > reader.size - reader.position:  # each item takes a byte at least
             raise ValueError("a control message ends before its contents")
-        result = PyTuple_New(size)
+        result = PyTuple_New(size) if tag == b't' else PyList_New(size)
+        items = PySequence_Fast_ITEMS(result)
         for i in range(size):
             item = _read(reader, depth + 1)
             Py_INCREF(item)
-            PyTuple_SET_ITEM(result, i, item)
-        return result
-    if tag == b'l':
-        size = _take_u32(reader)
-        if size > reader.size - reader.position:
-            raise ValueError("a control message ends before its contents")
-        result = PyList_New(size)
-        for i in range(size):
-            item = _read(reader, depth + 1)
-            Py_INCREF(item)
-            PyList_SET_ITEM(result, i, item)
+            items[i] = <PyObject*>item  # the new sequence's empty slot: nothing to release
         return result
     if tag == b'm':
         size = _take_u32(reader)
