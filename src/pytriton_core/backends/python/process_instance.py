@@ -557,9 +557,10 @@ class ProcessInstance(BackendInstance):
         batches, fds = self._place(worker, [execution[0] for execution in executions], slot)
         send_event = worker.events.send
         placed_ns = clock.now_ns()  # the inputs are placed; the worker's times follow
-        for batch, (requests, timing, _finished) in zip(batches, executions, strict=True):
+        # Plain zips (of lists ``_place`` made one for one): ``strict=`` is a keyword call.
+        for batch, (requests, timing, _finished) in zip(batches, executions):  # noqa: B905
             timing.input_end_ns = placed_ns
-            for item, request in zip(batch, requests, strict=True):
+            for item, request in zip(batch, requests):  # noqa: B905
                 request.on_cancel(partial(_send_cancel, send_event, item[1]))
         if not pending:  # else it starts when the one before is answered (``_on_answer``)
             worker.executing_since = clock.now_s()
@@ -605,7 +606,7 @@ class ProcessInstance(BackendInstance):
                 executions = begun[0]
                 timings = [(requests, timing) for requests, timing, _finished in executions]
                 outcomes = _answered(worker, timings, done, fds)
-                for execution, outcome in zip(executions, outcomes, strict=True):
+                for execution, outcome in zip(executions, outcomes):  # noqa: B905 (one each)
                     execution[2](outcome)
             if not channel.buffered():
                 return

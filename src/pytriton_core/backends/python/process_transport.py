@@ -474,11 +474,9 @@ def read_responses(
         for ref in refs[position : position + count]:
             outputs.append(arena.read(ref, True))
         position += count
-        built.append(
+        built.append(  # positional: one per response
             InferenceResponse(
-                outputs=outputs,
-                parameters=parameters,
-                error=None if error is None else ServerError.from_code(*error),
+                outputs, parameters, None if error is None else ServerError.from_code(*error)
             )
         )
     return built, position
