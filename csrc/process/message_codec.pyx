@@ -307,3 +307,17 @@ def decode(bytes data, Py_ssize_t start, Py_ssize_t end):
     if reader.position != reader.size:
         raise ValueError("a control message has bytes after its end")
     return result
+
+
+cdef extern from "sys/ioctl.h":
+    int ioctl(int fd, unsigned long request, ...) nogil
+    enum: FIONREAD
+
+
+def waiting_bytes(int fd):
+    """How many bytes a socket holds unread (0 where it cannot say): a reader that only
+    looks whether a message has come learns it without a failed read and its exception."""
+    cdef int count = 0
+    if ioctl(fd, FIONREAD, &count) != 0:
+        return 0
+    return count

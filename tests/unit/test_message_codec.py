@@ -7,13 +7,14 @@ from __future__ import annotations
 import enum
 import pickle
 import random
+import socket
 from typing import Any
 
 import numpy as np
 import pytest
 
 from pytriton_core import types
-from pytriton_core._native.message_codec import FORMAT, decode, encode
+from pytriton_core._native.message_codec import FORMAT, decode, encode, waiting_bytes
 from pytriton_core.backends.python.process_transport import (
     Arena,
     Channel,
@@ -183,3 +184,17 @@ def test_a_bundle_message_is_plain_and_a_message_with_objects_still_crosses() ->
     finally:
         ours.close()
         peer.close()
+
+
+def test_waiting_bytes_counts_what_a_socket_holds_unread() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        assert waiting_bytes(ours.fileno()) == 0
+        theirs.sendall(b"12345")
+        assert waiting_bytes(ours.fileno()) == 5
+        ours.recv(2)
+        assert waiting_bytes(ours.fileno()) == 3
+    finally:
+        ours.close()
+        theirs.close()
+    assert waiting_bytes(-1) == 0  # a closed socket's fileno()

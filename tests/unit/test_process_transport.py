@@ -345,3 +345,21 @@ def test_an_answer_read_does_not_wake_its_sender_waiting_for_the_next_message() 
         theirs.close()
     # One sleep per message (waiting for it), not two.
     assert switches[0] < 1.5 * rounds
+
+
+def test_arrived_says_whether_a_whole_message_is_here_without_waiting() -> None:
+    ours, peer = _pair()
+    try:
+        assert not ours.arrived()  # nothing sent: no read, no wait
+        peer.send({"kind": "done", "n": 1})
+        deadline = time.monotonic() + 5
+        while not ours.arrived():
+            assert time.monotonic() < deadline
+        assert ours.recv() == ({"kind": "done", "n": 1}, [])
+        assert not ours.arrived()
+        peer.close()
+        assert not ours.arrived()  # the end is the loop's reader's to see
+        with pytest.raises(ChannelClosed):
+            ours.recv()
+    finally:
+        ours.close()

@@ -8,3 +8,6 @@ def encode(message: Any) -> bytes | None:
 
 def decode(data: bytes, start: int, end: int) -> Any:
     """The message ``encode`` wrote into ``data[start:end]``; ValueError if malformed."""
+
+def waiting_bytes(fd: int) -> int:
+    """How many bytes the socket ``fd`` holds unread (0 where it cannot say)."""

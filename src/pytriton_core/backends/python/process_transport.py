@@ -41,6 +41,7 @@ from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serializ
 from pytriton_core._native.message_codec import FORMAT as _PLAIN_FORMAT
 from pytriton_core._native.message_codec import decode as _decode_plain
 from pytriton_core._native.message_codec import encode as _encode_plain
+from pytriton_core._native.message_codec import waiting_bytes as _waiting_bytes
 from pytriton_core.errors import ServerError
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse
@@ -148,7 +149,7 @@ class Channel:
                 chunks.append(chunk)
                 size += len(chunk)
             data = b"".join(chunks)
-        if data[_HEADER_BYTES] == _PLAIN_FORMAT:  # pickle's payloads start with 0x80
+        if length and data[_HEADER_BYTES] == _PLAIN_FORMAT:  # pickle's start with 0x80
             message = _decode_plain(data, _HEADER_BYTES, end)
         else:
             message = pickle.loads(memoryview(data)[_HEADER_BYTES:end])
@@ -166,6 +167,10 @@ class Channel:
         poll the socket (``recv`` then returns it)."""
         if self.buffered():
             return True
+        # Mostly nothing yet: asked without a read that fails and its exception (a closed
+        # socket's -1 answers 0).
+        if not _waiting_bytes(self._sock.fileno()):
+            return False
         try:
             self._data += self._receive(_READ, socket.MSG_DONTWAIT)
         except BlockingIOError:
