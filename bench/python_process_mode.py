@@ -21,11 +21,12 @@ import argparse
 import contextlib
 import re
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
 from bench import procstats
+from bench.clients.base import run_tool
+from bench.clients.perf_analyzer import prioritize_main_thread
 from bench.servers import OURS, TRITON, RunningServer, run_server
 from bench.toolbox import discover
 
@@ -84,16 +85,26 @@ def write_repository(root: Path) -> None:
         (root / name / "1" / "model.py").write_text(source)
 
 
-def throughput(perf: Path, url: str, model: str, concurrency: int, interval_ms: int) -> float:
+def throughput(
+    perf: Path, url: str, model: str, concurrency: int, interval_ms: int, log: Path
+) -> float:
     command = [
         str(perf), "-m", model, "-u", url, "-i", "http",
         "--concurrency-range", str(concurrency), "--measurement-interval", str(interval_ms),
         "--stability-percentage", "999", "--max-trials", "3",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    found = re.search(r"Throughput: ([0-9.]+) infer/sec", result.stdout)
+    # As the main bench runs it: its main thread raised above its workers, without which it
+    # falls behind at high concurrency against a fast server and never ends
+    # (``bench.clients.perf_analyzer.MAIN_THREAD_NICE``).
+    output = run_tool(
+        command,
+        timeout_s=60 + 4 * 3 * interval_ms / 1000,
+        log_path=log,
+        on_start=lambda process: prioritize_main_thread(process, concurrency),
+    )
+    found = re.search(r"Throughput: ([0-9.]+) infer/sec", output)
     if found is None:
-        raise RuntimeError(f"perf_analyzer failed for {model}:\n{result.stdout}{result.stderr}")
+        raise RuntimeError(f"perf_analyzer reported no throughput for {model}:\n{output}")
     return float(found.group(1))
 
 
@@ -104,13 +115,13 @@ def cpu_split(server: RunningServer) -> tuple[float, float]:
 
 
 def measure(
-    server: RunningServer, perf: Path, model: str, concurrency: int, interval_ms: int
+    server: RunningServer, perf: Path, model: str, concurrency: int, interval_ms: int, log: Path
 ) -> tuple[float, tuple[float, float] | None]:
     """Throughput, and CPU µs per request in the server and in its model processes (None
     where the server counts no requests)."""
     counted = server.counts(model)
     cpu = cpu_split(server)
-    value = throughput(perf, server.http_url, model, concurrency, interval_ms)
+    value = throughput(perf, server.http_url, model, concurrency, interval_ms, log)
     after = server.counts(model)
     spent = cpu_split(server)
     if counted is None or after is None or after.requests <= counted.requests:
@@ -158,8 +169,9 @@ def main() -> None:
                 for key in keys:
                     if model not in served[key]:
                         continue
+                    log = out / f"perf_analyzer-{key}-{model}-{round_index + 1}.log"
                     value, per_request = measure(
-                        servers[key], perf, model, args.concurrency, args.interval_ms
+                        servers[key], perf, model, args.concurrency, args.interval_ms, log
                     )
                     runs.setdefault((key, model), []).append(value)
                     shown = ""
