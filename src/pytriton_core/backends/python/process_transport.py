@@ -246,8 +246,11 @@ class Arena:
         return cls(_shared_file(max(size, MIN_ARENA_BYTES)), max(size, MIN_ARENA_BYTES))
 
     def close(self) -> None:
+        if self.fd < 0:  # closed already
+            return
         del self._memory  # the mapping goes with its last view
         os.close(self.fd)
+        self.fd = -1
 
     # ------------------------------------------------------------------ writing
 
