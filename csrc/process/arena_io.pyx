@@ -6,7 +6,8 @@ views over it, and the two counters in the header of a worker's arena.
 The mapping is made once and undone only when its last reference goes (``__dealloc__``):
 every array viewing it holds it as its base, and so does a memoryview of it, so no copy and
 no view can ever reach unmapped memory, whatever the arena's owner closes in between.
-Every offset and size is checked against the mapping's size before a byte moves.
+Every offset and size is checked against the mapping's size before a byte moves, and the
+mapping against the file's size when it is made.
 """
 
 cimport cython
@@ -27,6 +28,7 @@ from libc.errno cimport errno
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy
 from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
+from posix.stat cimport fstat, struct_stat
 
 import os
 
@@ -70,6 +72,14 @@ cdef class ArenaMemory:
     def __cinit__(self, int fd, Py_ssize_t size):
         if size < _COUNTERS_BYTES:
             raise ValueError(f"an arena of {size} bytes is too small")
+        # The other process names the size: mapped past the file's end, a read there would
+        # be a SIGBUS, not an error.
+        cdef struct_stat status
+        if fstat(fd, &status) != 0:
+            raise OSError(errno, f"an arena's descriptor: {os.strerror(errno)}")
+        if size > status.st_size:
+            raise ValueError(
+                f"an arena of {size} bytes over a file of {status.st_size} bytes")
         cdef void* mapped = mmap(NULL, <size_t>size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
         if mapped == MAP_FAILED:
             raise OSError(errno, f"mapping an arena of {size} bytes: {os.strerror(errno)}")

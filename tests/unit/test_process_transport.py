@@ -120,6 +120,17 @@ def test_writes_outside_the_arena_fail_and_write_nothing() -> None:
         arena.close()
 
 
+def test_an_arena_larger_than_its_file_is_refused() -> None:
+    # The size comes from the other process: mapped past the file's end, a read there
+    # would kill this one with SIGBUS.
+    arena = Arena.create(0)
+    try:
+        with pytest.raises(ValueError, match="over a file of"):
+            Arena(arena.fd, arena.size + 4096)
+    finally:
+        arena.close()
+
+
 def test_the_worker_arena_counters_start_at_zero_and_add_up() -> None:
     arena = Arena.create(0)
     try:
