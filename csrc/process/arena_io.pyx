@@ -193,11 +193,15 @@ cdef class ArenaMemory:
     # ------------------------------------------------ a buffer over the whole mapping
 
     def __getbuffer__(self, Py_buffer* view, int flags):
-        # For what reads raw bytes out (the BYTES codec, through a memoryview slice).
+        # For what reads raw bytes out (the BYTES codec, through a memoryview slice). Read
+        # only: numpy lets a view's writeable flag be set again when its base exports a
+        # writable buffer, and views over an arena stay read-only (writes go by ``write``).
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("an arena's buffer is read-only; write with ArenaMemory.write")
         view.buf = self._base
         view.obj = self
         view.len = self.size
-        view.readonly = 0 if flags & PyBUF_WRITABLE else 1
+        view.readonly = 1
         view.itemsize = 1
         view.format = _FORMAT_BYTE if flags & PyBUF_FORMAT else NULL
         view.ndim = 1

@@ -4,7 +4,7 @@
 A bundle's requests and a worker's answer cross the worker's socket for every request
 served in process mode, and pickle spent some 5,000 instructions to write one and as many
 to read it, on each side. These are trees of a few built-in types, written here as a tag
-byte per value and little-endian lengths and numbers:
+byte per value, lengths and numbers in the machine's byte order (both ends are one host):
 
     N None   T True   F False   i int64   d float64
     s str (u32 length, UTF-8)   r the n-th str of the message again (u8 n)
@@ -14,8 +14,9 @@ byte per value and little-endian lengths and numbers:
 A payload starts with ``FORMAT`` (pickle's start with 0x80, so a reader tells them apart).
 Only exact built-in types are written, since a subclass (an enum, a numpy scalar) would
 come back as its base type: ``encode`` returns None for anything else (or for ints past
-int64, or nesting past ``_MAX_DEPTH``), and the caller pickles that message. ``decode``
-checks every length against the payload and raises ``ValueError`` on anything malformed.
+int64, strings with lone surrogates, or nesting past ``_MAX_DEPTH``), and the caller
+pickles that message. ``decode`` checks every length against the payload and raises
+``ValueError`` on anything malformed.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -52,7 +53,8 @@ cdef Py_ssize_t _MAX_LENGTH = 0xFFFFFFFF
 # A message names one model, one datatype, one tensor... many times over: a str object
 # seen before in the same message is written as a reference to it (as pickle's memo does),
 # and the reader makes it once. By identity: the writer compares pointers, no hashing.
-DEF _KNOWN_STRINGS = 32
+cdef enum:
+    _KNOWN_STRINGS = 32
 
 
 cdef struct _Writer:
@@ -90,7 +92,7 @@ cdef inline int _put_byte(_Writer* writer, unsigned char value) except -1:
 cdef inline int _put_u32(_Writer* writer, Py_ssize_t value) except -1:
     cdef uint32_t word = <uint32_t>value
     _reserve(writer, 4)
-    memcpy(writer.data + writer.size, &word, 4)  # little-endian: the machine's (one host)
+    memcpy(writer.data + writer.size, &word, 4)  # the machine's order: one host
     writer.size += 4
     return 0
 
@@ -192,7 +194,10 @@ def encode(object message):
         raise MemoryError()
     try:
         _put_byte(&writer, _FORMAT)
-        if not _write(&writer, message, 0):
+        try:
+            if not _write(&writer, message, 0):
+                return None
+        except UnicodeEncodeError:  # a lone surrogate: UTF-8 has none, pickle keeps it
             return None
         return PyBytes_FromStringAndSize(writer.data, writer.size)
     finally:

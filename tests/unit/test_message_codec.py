@@ -112,6 +112,7 @@ class _Number(int):
         {1, 2},
         1 + 2j,
         object(),
+        "lone \ud800 surrogate",  # no UTF-8 for it; pickle keeps it
     ],
     ids=lambda v: type(v).__name__,
 )

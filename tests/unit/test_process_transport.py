@@ -77,6 +77,8 @@ def test_a_view_keeps_the_mapping_after_its_arena_is_closed() -> None:
     # Unmapped only once the view goes: reading it after the close reads the arena's bytes.
     assert view.tolist() == copied.tolist() == tensor.data.tolist()
     assert view.base is not None and copied.base is None
+    with pytest.raises(ValueError):  # and it stays read-only
+        view.flags.writeable = True
 
 
 @pytest.mark.parametrize(
