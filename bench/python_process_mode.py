@@ -25,8 +25,7 @@ import tempfile
 from pathlib import Path
 
 from bench import procstats
-from bench.clients.base import run_tool
-from bench.clients.perf_analyzer import prioritize_main_thread
+from bench.clients.perf_analyzer import run_perf_analyzer
 from bench.servers import OURS, TRITON, RunningServer, run_server
 from bench.toolbox import discover
 
@@ -85,22 +84,20 @@ def write_repository(root: Path) -> None:
         (root / name / "1" / "model.py").write_text(source)
 
 
+_TRIALS = 3  # perf_analyzer's windows per measurement (it reports their average)
+
+
 def throughput(
     perf: Path, url: str, model: str, concurrency: int, interval_ms: int, log: Path
 ) -> float:
     command = [
         str(perf), "-m", model, "-u", url, "-i", "http",
         "--concurrency-range", str(concurrency), "--measurement-interval", str(interval_ms),
-        "--stability-percentage", "999", "--max-trials", "3",
+        "--stability-percentage", "999", "--max-trials", str(_TRIALS),
     ]  # fmt: skip
-    # As the main bench runs it: its main thread raised above its workers, without which it
-    # falls behind at high concurrency against a fast server and never ends
-    # (``bench.clients.perf_analyzer.MAIN_THREAD_NICE``).
-    output = run_tool(
-        command,
-        timeout_s=60 + 4 * 3 * interval_ms / 1000,
-        log_path=log,
-        on_start=lambda process: prioritize_main_thread(process, concurrency),
+    # As the main bench runs it (its main thread raised: ``run_perf_analyzer``).
+    output = run_perf_analyzer(
+        command, concurrency=concurrency, trials=_TRIALS, window_ms=interval_ms, log_path=log
     )
     found = re.search(r"Throughput: ([0-9.]+) infer/sec", output)
     if found is None:

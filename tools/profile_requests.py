@@ -211,11 +211,14 @@ def _process_repository(root: Path) -> Path:
     return root
 
 
+def _worker_pids(load: _Load) -> list[int]:
+    """This process's descendants other than the load's client: process mode's workers."""
+    return [pid for pid in procstats.process_tree(os.getpid())[1:] if pid != load.pid]
+
+
 def _worker_seconds(load: _Load) -> float:
-    """CPU seconds so far of this process's children other than the load's client: the
-    worker processes of process mode."""
-    tree = procstats.process_tree(os.getpid())[1:]
-    return sum(procstats.cpu_seconds(pid) for pid in tree if pid != load.pid)
+    """CPU seconds so far of the worker processes of process mode."""
+    return sum(procstats.cpu_seconds(pid) for pid in _worker_pids(load))
 
 
 def _callgrind_window(load: _Load, requests: int, workers: bool) -> None:
@@ -225,9 +228,7 @@ def _callgrind_window(load: _Load, requests: int, workers: bool) -> None:
     --trace-children-skip-by-arg=127.0.0.1``: the load's client, whose arguments name the
     address, runs natively)."""
     own = os.getpid()
-    pids = [own]
-    if workers:
-        pids += [pid for pid in procstats.process_tree(own)[1:] if pid != load.pid]
+    pids = [own] + (_worker_pids(load) if workers else [])
     for pid in pids:
         subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
     load.run(requests)

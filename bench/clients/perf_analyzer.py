@@ -97,13 +97,12 @@ class PerfAnalyzer:
         """One perf_analyzer run (``max_trials`` windows, averaged by perf_analyzer)."""
         csv_path = workdir / f"{label}.csv"
         csv_path.unlink(missing_ok=True)
-        # Bounded: trials plus warm-up, generously, for slow large-tensor requests.
-        timeout_s = 60 + 4 * self.max_trials * run.window_ms / 1000
-        run_tool(
+        run_perf_analyzer(
             self.command(run, csv_path),
-            timeout_s=timeout_s,
+            concurrency=run.concurrency,
+            trials=self.max_trials,
+            window_ms=run.window_ms,
             log_path=workdir / f"{label}.log",
-            on_start=lambda process: prioritize_main_thread(process, run.concurrency),
         )
         if not csv_path.is_file():
             raise ClientError(f"perf_analyzer wrote no CSV report ({csv_path})")
@@ -169,6 +168,20 @@ def parse_csv(text: str) -> Window:
         raise ClientError(
             f"unexpected perf_analyzer CSV report ({error}): {text[:300]!r}"
         ) from None
+
+
+def run_perf_analyzer(
+    command: list[str], *, concurrency: int, trials: int, window_ms: int, log_path: Path
+) -> str:
+    """``run_tool`` for a perf_analyzer command: bounded by its trials plus warm-up
+    (generously, for slow large-tensor requests), its main thread raised above its workers
+    (``prioritize_main_thread``). Its output."""
+    return run_tool(
+        command,
+        timeout_s=60 + 4 * trials * window_ms / 1000,
+        log_path=log_path,
+        on_start=lambda process: prioritize_main_thread(process, concurrency),
+    )
 
 
 def prioritize_main_thread(process: subprocess.Popen[str], concurrency: int) -> str | None:

@@ -209,6 +209,3 @@ cdef class ArenaMemory:
         view.strides = NULL
         view.suboffsets = NULL
         view.internal = NULL
-
-    def __releasebuffer__(self, Py_buffer* view):
-        pass

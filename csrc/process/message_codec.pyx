@@ -2,8 +2,8 @@
 """Control messages of process mode written and read without pickle.
 
 A bundle's requests and a worker's answer cross the worker's socket for every request
-served in process mode, and pickle spent some 5,000 instructions to write one and as many
-to read it, on each side. These are trees of a few built-in types, written here as a tag
+served in process mode, and pickle spent some 5,000 instructions per request served to
+write them and as many to read them, on each side. These are trees of a few built-in types, written here as a tag
 byte per value, lengths and numbers in the machine's byte order (both ends are one host):
 
     N None   T True   F False   i int64   d float64
@@ -89,12 +89,16 @@ cdef inline int _put_byte(_Writer* writer, unsigned char value) except -1:
     return 0
 
 
-cdef inline int _put_u32(_Writer* writer, Py_ssize_t value) except -1:
-    cdef uint32_t word = <uint32_t>value
-    _reserve(writer, 4)
-    memcpy(writer.data + writer.size, &word, 4)  # the machine's order: one host
-    writer.size += 4
-    return 0
+cdef inline int _put_sized(_Writer* writer, unsigned char tag, Py_ssize_t size) except -1:
+    """``tag`` and a u32 size or count: 1, or 0 (nothing written) when ``size`` is past it."""
+    cdef uint32_t word = <uint32_t>size
+    if size > _MAX_LENGTH:
+        return 0
+    _reserve(writer, 5)
+    writer.data[writer.size] = <char>tag
+    memcpy(writer.data + writer.size + 1, &word, 4)  # the machine's order: one host
+    writer.size += 5
+    return 1
 
 
 cdef inline int _put_bytes(_Writer* writer, const char* data, Py_ssize_t size) except -1:
@@ -138,29 +142,23 @@ cdef int _write(_Writer* writer, object value, int depth) except -1:
             writer.known[writer.known_count] = <PyObject*>value  # alive: ``message`` holds it
             writer.known_count += 1
         text = PyUnicode_AsUTF8AndSize(value, &size)
-        if size > _MAX_LENGTH:
+        if not _put_sized(writer, b's', size):
             return 0
-        _put_byte(writer, b's')
-        _put_u32(writer, size)
         _put_bytes(writer, text, size)
     elif PyTuple_CheckExact(value) or PyList_CheckExact(value):
         # Exact tuples and lists both keep their items in one array; nothing written here
         # runs Python code, so the list cannot change while it is walked.
         size = PySequence_Fast_GET_SIZE(value)
-        if size > _MAX_LENGTH:
+        if not _put_sized(writer, b't' if PyTuple_CheckExact(value) else b'l', size):
             return 0
-        _put_byte(writer, b't' if PyTuple_CheckExact(value) else b'l')
-        _put_u32(writer, size)
         items = PySequence_Fast_ITEMS(value)
         for i in range(size):
             if not _write(writer, <object>items[i], depth + 1):
                 return 0
     elif PyDict_CheckExact(value):
         size = PyDict_GET_SIZE(value)
-        if size > _MAX_LENGTH:
+        if not _put_sized(writer, b'm', size):
             return 0
-        _put_byte(writer, b'm')
-        _put_u32(writer, size)
         i = 0
         while PyDict_Next(value, &i, &key, &item):
             if not _write(writer, <object>key, depth + 1):
@@ -173,10 +171,8 @@ cdef int _write(_Writer* writer, object value, int depth) except -1:
         _put_bytes(writer, <const char*>&real, 8)
     elif PyBytes_CheckExact(value):
         size = PyBytes_GET_SIZE(value)
-        if size > _MAX_LENGTH:
+        if not _put_sized(writer, b'b', size):
             return 0
-        _put_byte(writer, b'b')
-        _put_u32(writer, size)
         _put_bytes(writer, PyBytes_AS_STRING(value), size)
     else:
         return 0
@@ -227,6 +223,15 @@ cdef inline Py_ssize_t _take_u32(_Reader* reader) except -1:
     return <Py_ssize_t>word
 
 
+cdef inline Py_ssize_t _take_count(_Reader* reader) except -1:
+    """A tuple's, list's or dict's count, no more than the bytes left (an item takes one at
+    least), so a hostile count allocates nothing past the payload's size."""
+    cdef Py_ssize_t count = _take_u32(reader)
+    if count > reader.size - reader.position:
+        raise ValueError("a control message ends before its contents")
+    return count
+
+
 cdef object _read(_Reader* reader, int depth):
     cdef char tag
     cdef Py_ssize_t size, i
@@ -262,9 +267,7 @@ cdef object _read(_Reader* reader, int depth):
             raise ValueError("a control message refers to a string it has not held")
         return <object>reader.known[i]
     if tag == b't' or tag == b'l':
-        size = _take_u32(reader)
-        if size > reader.size - reader.position:  # each item takes a byte at least
-            raise ValueError("a control message ends before its contents")
+        size = _take_count(reader)
         result = PyTuple_New(size) if tag == b't' else PyList_New(size)
         items = PySequence_Fast_ITEMS(result)
         for i in range(size):
@@ -273,9 +276,7 @@ cdef object _read(_Reader* reader, int depth):
             items[i] = <PyObject*>item  # the new sequence's empty slot: nothing to release
         return result
     if tag == b'm':
-        size = _take_u32(reader)
-        if size > reader.size - reader.position:
-            raise ValueError("a control message ends before its contents")
+        size = _take_count(reader)
         result = {}
         for i in range(size):
             key = _read(reader, depth + 1)
