@@ -19,6 +19,13 @@ which keeps the region (so the mapping outlives every array over it, however lon
 keeps one, and a region unregistered while a request uses it stays mapped until that
 request lets go). Outputs: :meth:`SystemRegion.write` copies a buffer into a checked range,
 with the GIL released for large copies.
+
+Writable inputs without a copy: a model that asks for its input writable (the Python
+backend's ``as_numpy``, whose inputs under Triton's stub are its own copies) gets, for a large
+range, a :class:`PrivateCopy` from :meth:`SystemRegion.private_copy`: the same bytes mapped
+again copy-on-write, so a page is copied only if the model writes it. Such a mapping aliases
+the client's pages through other addresses; :meth:`SystemRegion.write` sees when an output it
+copies comes from one over the very bytes it writes, and copies through a buffer then.
 """
 
 cimport cython
@@ -31,10 +38,14 @@ from cpython.buffer cimport (
     PyBuffer_Release,
     PyObject_GetBuffer,
 )
+from cpython.ref cimport PyObject
 from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 from shm_cpp cimport (
     Mapping,
+    aliases_object_range,
     check_range as _check_range,
     copy_into_unchecked,
     kBadEnd,
@@ -45,6 +56,7 @@ from shm_cpp cimport (
     kMapped,
     kOpenFailed,
     kOutOfObject,
+    map_private,
     map_region,
     region_backed,
     unmap_region,
@@ -61,6 +73,27 @@ cdef Py_ssize_t _NOGIL_THRESHOLD = 1 << 16
 # strides for the 1-D byte export of a RegionView; must outlive every Py_buffer
 cdef Py_ssize_t _UNIT_STRIDE = 1
 cdef const char* _FORMAT_BYTE = "B"
+
+cdef inline void _export_bytes(Py_buffer* view, object owner, char* data, Py_ssize_t* nbytes,
+                               bint readonly, int flags):
+    """Fill ``view`` as 1-D unsigned bytes over ``data`` (``*nbytes`` long, owned by
+    ``owner``, whose field ``nbytes`` points to: the shape must outlive the view)."""
+    view.buf = data
+    view.obj = owner
+    view.len = nbytes[0]
+    view.readonly = readonly
+    view.itemsize = 1
+    view.format = <char*>_FORMAT_BYTE if flags & PyBUF_FORMAT else NULL
+    view.ndim = 1
+    view.shape = nbytes if flags & PyBUF_ND else NULL
+    view.strides = &_UNIT_STRIDE if flags & PyBUF_STRIDES else NULL
+    view.suboffsets = NULL
+    view.internal = NULL
+
+
+# The live private copies, linked through borrowed references (a copy unlinks itself as it
+# goes): ``SystemRegion.write`` walks them. Touched with the GIL held only.
+cdef PyObject* _live_copies = NULL
 
 
 class RegionRangeError(ValueError):
@@ -252,6 +285,41 @@ cdef class SystemRegion:
         view._nbytes = <Py_ssize_t>byte_size
         return view
 
+    def private_copy(self, offset, byte_size):
+        """A writable :class:`PrivateCopy` of the checked range (copy-on-write), or None
+        where the object cannot be mapped so (gone or replaced under its name since it was
+        registered, or shrunk): the caller copies then."""
+        cdef PrivateCopy copy
+        cdef int status, err = 0
+        cdef bytes encoded
+        cdef const char* name
+        cdef uint64_t off, size
+        self._check_use(offset, byte_size)
+        off = <uint64_t>offset
+        size = <uint64_t>byte_size
+        encoded = self._key.encode()
+        name = encoded
+        copy = PrivateCopy.__new__(PrivateCopy)
+        with nogil:
+            status = map_private(name, self._mapping, off, size, &copy._mapping, &err)
+        if status != kMapped:
+            return None
+        copy._region = self
+        copy._nbytes = <Py_ssize_t>byte_size
+        copy._link()
+        return copy
+
+    cdef bint _aliased(self, const void* source, Py_ssize_t n, uint64_t offset):
+        """Whether ``source`` is a live private copy's view of bytes this write overlaps."""
+        cdef PrivateCopy copy
+        cdef PyObject* node = _live_copies
+        while node != NULL:
+            copy = <PrivateCopy>node
+            if aliases_object_range(copy._mapping, source, <size_t>n, self._mapping, offset):
+                return True
+            node = copy._next
+        return False
+
     def write(self, offset, byte_size, data):
         """Copy ``data`` (any C-contiguous buffer) to the region at ``offset``.
 
@@ -261,6 +329,7 @@ cdef class SystemRegion:
         cdef Py_buffer source
         cdef Py_ssize_t n
         cdef uint64_t off
+        cdef void* staged = NULL
         self._check_use(offset, byte_size)
         PyObject_GetBuffer(data, &source, PyBUF_SIMPLE)
         try:
@@ -268,7 +337,15 @@ cdef class SystemRegion:
             if <uint64_t>n > <uint64_t>byte_size:
                 raise OutputTooLargeError(n, byte_size)
             off = <uint64_t>offset
-            if n >= _NOGIL_THRESHOLD:
+            if _live_copies != NULL and self._aliased(source.buf, n, off):
+                staged = malloc(<size_t>n)
+                if staged == NULL:
+                    raise MemoryError()
+                with nogil:
+                    memcpy(staged, source.buf, <size_t>n)
+                    copy_into_unchecked(self._mapping, off, staged, <size_t>n)
+                free(staged)
+            elif n >= _NOGIL_THRESHOLD:
                 with nogil:
                     copy_into_unchecked(self._mapping, off, source.buf, <size_t>n)
             else:
@@ -309,15 +386,60 @@ cdef class RegionView:
     def __getbuffer__(self, Py_buffer* view, int flags):
         if flags & PyBUF_WRITABLE:
             raise BufferError("a shared memory input view is read-only")
-        view.buf = self._data
-        view.obj = self
-        view.len = self._nbytes
-        view.readonly = 1
-        view.itemsize = 1
-        view.format = <char*>_FORMAT_BYTE if flags & PyBUF_FORMAT else NULL
-        view.ndim = 1
-        view.shape = &self._nbytes if flags & PyBUF_ND else NULL
-        view.strides = &_UNIT_STRIDE if flags & PyBUF_STRIDES else NULL
-        view.suboffsets = NULL
-        view.internal = NULL
+        _export_bytes(view, self, self._data, &self._nbytes, True, flags)
 
+
+
+
+@cython.final
+cdef class PrivateCopy:
+    """A writable, copy-on-write mapping of a :class:`SystemRegion`'s range (buffer
+    protocol, 1-D, ``nbytes`` long): reads see the client's bytes, writes stay here.
+
+    Keeps its region (and so the region's guard slot, which its faults also mark) alive;
+    unmapped when the last reference goes.
+    """
+
+    cdef Mapping _mapping
+    cdef SystemRegion _region
+    cdef Py_ssize_t _nbytes
+    cdef PyObject* _next
+    cdef PyObject* _previous
+    cdef bint _linked
+
+    def __cinit__(self):
+        self._mapping.guard = -1
+
+    def __init__(self):
+        raise TypeError("PrivateCopy objects come from SystemRegion.private_copy()")
+
+    cdef void _link(self):
+        global _live_copies
+        self._next = _live_copies
+        self._previous = NULL
+        if _live_copies != NULL:
+            (<PrivateCopy>_live_copies)._previous = <PyObject*>self
+        _live_copies = <PyObject*>self
+        self._linked = True
+
+    def __dealloc__(self):
+        global _live_copies
+        if self._linked:
+            if self._previous != NULL:
+                (<PrivateCopy>self._previous)._next = self._next
+            else:
+                _live_copies = self._next
+            if self._next != NULL:
+                (<PrivateCopy>self._next)._previous = self._previous
+        unmap_region(&self._mapping)
+
+    @property
+    def nbytes(self):
+        return self._nbytes
+
+    @property
+    def region(self):
+        return self._region
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        _export_bytes(view, self, self._mapping.data, &self._nbytes, False, flags)

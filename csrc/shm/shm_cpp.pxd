@@ -28,10 +28,16 @@ cdef extern from "cpp/posix_region.h" namespace "pytriton::shm" nogil:
         char* data
         uint64_t offset
         uint64_t size
+        uint64_t device
+        uint64_t inode
 
     RangeStatus check_range(uint64_t extent, uint64_t offset, uint64_t size) noexcept
     MapStatus map_region(const char* key, uint64_t offset, uint64_t size, Mapping* out,
                          int* err, uint64_t* object_size) noexcept
+    MapStatus map_private(const char* key, const Mapping& region, uint64_t offset,
+                          uint64_t size, Mapping* out, int* err) noexcept
+    bint aliases_object_range(const Mapping& copy, const void* src, size_t n,
+                              const Mapping& region, uint64_t offset) noexcept
     void unmap_region(Mapping* mapping) noexcept
     bint region_backed(const Mapping& mapping) noexcept
     # Unchecked: [offset, offset + n) must lie inside the region.

@@ -74,6 +74,48 @@ class TritonPythonModel:
 """
 
 
+# A model that writes into its input (as a model may, its inputs being its own under
+# Triton's stub) and returns it: a large input in shared memory is then a private mapping of
+# the client's pages, which the model's writes must not reach.
+IN_PLACE_CONFIG = """
+name: "add_one_in_place"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+IN_PLACE_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            data += 1
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]))
+        return responses
+"""
+
+
+# Returns its input array itself (as the bench's identity model does): from 1 MiB on, the
+# output is then the private mapping of the client's input pages.
+AS_IS_CONFIG = IN_PLACE_CONFIG.replace("add_one_in_place", "identity_as_is")
+AS_IS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor(
+                "OUTPUT0", pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy())])
+            for request in requests
+        ]
+"""
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("shm-models")
@@ -86,6 +128,14 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (slow / "1").mkdir(parents=True)
     (slow / "config.pbtxt").write_text(SLOW_CONFIG)
     (slow / "1" / "model.py").write_text(SLOW_MODEL)
+    in_place = root / "add_one_in_place"
+    (in_place / "1").mkdir(parents=True)
+    (in_place / "config.pbtxt").write_text(IN_PLACE_CONFIG)
+    (in_place / "1" / "model.py").write_text(IN_PLACE_MODEL)
+    as_is = root / "identity_as_is"
+    (as_is / "1").mkdir(parents=True)
+    (as_is / "config.pbtxt").write_text(AS_IS_CONFIG)
+    (as_is / "1" / "model.py").write_text(AS_IS_MODEL)
     return root
 
 
@@ -280,6 +330,63 @@ def test_large_tensors_round_trip(client: Client, protocol: str) -> None:
         # region is destroyed)
         assert np.array_equal(
             shm.get_contents_as_numpy(handle, np.float32, [1, 1 << 20], array.nbytes), array
+        )
+
+
+@pytest.mark.parametrize("elements", [1 << 20, (1 << 20) + 3, 1000])
+def test_a_model_writing_its_large_input_leaves_the_client_region_alone(
+    client: Client, protocol: str, elements: int
+) -> None:
+    # From 1 MiB on the model's writable input is a copy-on-write mapping of the client's
+    # pages (memory/system_shm.writable_copy); below, a copy. Either way the model's writes
+    # stay its own, at any offset of the object.
+    array = np.random.default_rng(elements).standard_normal(elements).astype(np.float32)
+    lead = 4096 + 12  # not page aligned
+    with client_region(lead + 2 * array.nbytes + 64) as (handle, name, key):
+        shm.set_shared_memory_region(handle, [array], offset=lead)
+        client.register_system_shared_memory(name, key, lead + 2 * array.nbytes + 64)
+        for _ in range(2):
+            _shm_infer(
+                client,
+                protocol,
+                "add_one_in_place",
+                "FP32",
+                [elements],
+                (name, array.nbytes, lead),
+                (name, array.nbytes, lead + array.nbytes + 64),
+            )
+            assert np.array_equal(
+                shm.get_contents_as_numpy(handle, np.float32, [elements], lead), array
+            )
+            assert np.array_equal(
+                shm.get_contents_as_numpy(handle, np.float32, [elements], lead + array.nbytes + 64),
+                array + 1,
+            )
+
+
+@pytest.mark.parametrize("shift", [-4100, -4, 0, 4, 8, 8192])
+def test_an_output_over_its_own_input_range_is_exact(
+    client: Client, protocol: str, shift: int
+) -> None:
+    # The model returns its input array (a private mapping of these very pages, from 1 MiB
+    # on): written into an overlapping range of the same object, the output must be the
+    # input as it was, not bytes the copy has already overwritten.
+    array = np.random.default_rng(11).standard_normal(1 << 20).astype(np.float32)
+    start = 3 * 4096
+    with client_region(start * 2 + array.nbytes + 64) as (handle, name, key):
+        shm.set_shared_memory_region(handle, [array], offset=start)
+        client.register_system_shared_memory(name, key, start * 2 + array.nbytes + 64)
+        _shm_infer(
+            client,
+            protocol,
+            "identity_as_is",
+            "FP32",
+            [array.size],
+            (name, array.nbytes, start),
+            (name, array.nbytes, start + shift),
+        )
+        assert np.array_equal(
+            shm.get_contents_as_numpy(handle, np.float32, [array.size], start + shift), array
         )
 
 

@@ -340,3 +340,119 @@ def test_the_mapping_lives_as_long_as_any_view(client_object: shared_memory.Shar
     del array
     gc.collect()
     assert alive() is None  # unmapped with the last reference
+
+
+# ------------------------------------------------------------ private (copy-on-write) copies
+
+
+def test_a_private_copy_reads_the_client_bytes_and_keeps_its_writes(
+    client_object: shared_memory.SharedMemory,
+) -> None:
+    client_object.buf[:] = bytes(i % 251 for i in range(OBJECT_SIZE))
+    region = shm.SystemRegion.open(key_of(client_object), 100, OBJECT_SIZE - 100)
+    copy = region.private_copy(4000, 5000)  # across pages, not aligned
+    assert copy is not None and copy.nbytes == 5000 and copy.region is region
+    array = np.frombuffer(copy, np.uint8)
+    assert array.flags.writeable
+    assert array.tobytes() == bytes(client_object.buf[4100:9100])
+    array[:] = 0
+    assert bytes(client_object.buf[4100:9100]) == bytes(i % 251 for i in range(4100, 9100))
+    before = len(os.listdir("/proc/self/fd"))
+    copies = [region.private_copy(0, 64) for _ in range(50)]
+    assert len(os.listdir("/proc/self/fd")) == before  # no descriptor kept
+    del copies
+    with pytest.raises(shm.RegionRangeError):
+        region.private_copy(OBJECT_SIZE - 150, 100)
+
+
+def test_a_private_copy_keeps_its_region_mapped(client_object: shared_memory.SharedMemory) -> None:
+    region = shm.SystemRegion.open(key_of(client_object), 0, 64)
+    alive = weakref.ref(region)
+    client_object.buf[:4] = b"\x05\x06\x07\x08"
+    array = np.frombuffer(region.private_copy(0, 4), np.uint8)
+    del region
+    gc.collect()
+    assert alive() is not None
+    assert array.tolist() == [5, 6, 7, 8]
+    del array
+    gc.collect()
+    assert alive() is None
+
+
+def test_no_private_copy_of_an_object_replaced_under_its_name(
+    client_object: shared_memory.SharedMemory,
+) -> None:
+    key = key_of(client_object)
+    region = shm.SystemRegion.open(key, 0, 4096)
+    client_object.unlink()  # the client removes the name and makes another object with it
+    replacement = shared_memory.SharedMemory(key.lstrip("/"), create=True, size=OBJECT_SIZE)
+    try:
+        assert region.private_copy(0, 4096) is None  # not the object registered
+        replacement.unlink()
+        assert region.private_copy(0, 4096) is None  # no object under the name at all
+    finally:
+        replacement.close()
+        client_object.unlink = lambda: None  # type: ignore[method-assign]  # gone already
+
+
+@pytest.mark.parametrize("shift", [-4100, -8, -4, 4, 8, 4100])
+def test_a_write_from_a_private_copy_of_overlapping_bytes_is_exact(
+    client_object: shared_memory.SharedMemory, shift: int
+) -> None:
+    # The copy aliases the object's pages through other addresses: the write must copy the
+    # bytes as they were, not what it has already written (memmove cannot see the overlap).
+    start, size = 4200, 4000
+    original = np.random.default_rng(shift & 0xFF).integers(0, 255, OBJECT_SIZE, np.uint8)
+    client_object.buf[:] = original.tobytes()
+    region = shm.SystemRegion.open(key_of(client_object), 0, OBJECT_SIZE)
+    source = np.frombuffer(region.private_copy(start, size), np.uint8)
+    region.write(start + shift, size, source)
+    assert (
+        bytes(client_object.buf[start + shift : start + shift + size])
+        == original[start : start + size].tobytes()
+    )
+
+
+def test_a_shrunk_object_read_through_a_private_copy_marks_the_region() -> None:
+    result = run_isolated(
+        SHRINK_PRELUDE
+        + """
+    copy = region.private_copy(0, 2 * 4096)
+    array = np.frombuffer(copy, np.uint8)
+    shrink(4096 + 100)  # the region's second page goes before the copy has read it
+    total = int(array.astype(np.int64).sum())  # touches the page past the end: SIGBUS
+    print("alive", total, "backed", region.backed())
+    del array, copy
+    obj.close(); obj.unlink()
+    """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "alive 700 backed False" in result.stdout
+
+
+def test_writable_copy_maps_large_region_inputs_and_copies_the_rest(
+    client_object: shared_memory.SharedMemory,
+) -> None:
+    from pytriton_core.memory.system_shm import PRIVATE_COPY_MIN_BYTES, writable_copy
+
+    size = PRIVATE_COPY_MIN_BYTES + 4096
+    obj = shared_memory.SharedMemory(f"/pt_unit_{uuid.uuid4().hex[:12]}", create=True, size=size)
+    try:
+        np.frombuffer(obj.buf, np.uint8)[:] = 3
+        region = shm.SystemRegion.open("/" + obj.name.lstrip("/"), 0, size)
+        large = np.ndarray(
+            (PRIVATE_COPY_MIN_BYTES // 4,), np.float32, region.view(8, PRIVATE_COPY_MIN_BYTES)
+        )
+        small = np.ndarray((16,), np.float32, region.view(8, 64))
+        mapped, copied = writable_copy(large), writable_copy(small)
+        assert isinstance(mapped.base, shm.PrivateCopy) and copied.base is None
+        assert mapped.flags.writeable and copied.flags.writeable
+        assert np.array_equal(mapped, large) and np.array_equal(copied, small)
+        plain = np.zeros(PRIVATE_COPY_MIN_BYTES // 4, np.float32)
+        plain.flags.writeable = False
+        assert writable_copy(plain).base is None  # not a region's: copied
+        del large, small, mapped, copied, region
+        gc.collect()
+    finally:
+        obj.close()
+        obj.unlink()

@@ -44,6 +44,9 @@ struct GuardSlot {
     std::atomic<std::uintptr_t> end{0};    // page aligned, exclusive
     std::atomic<std::uintptr_t> anonymous_from{0};  // pages from here on are anonymous
     std::atomic<int> truncated{0};
+    // A private copy-on-write mapping of a registered region's object is guarded in a slot
+    // of its own; a fault in it marks the region's slot as well (-1: none).
+    std::atomic<long> also_mark{-1};
 };
 
 constexpr std::size_t kGuardChunk = 1024;
@@ -119,6 +122,8 @@ inline void on_sigbus(int signal_number, siginfo_t* info, void* context) noexcep
                 slot.anonymous_from.store(page, std::memory_order_release);
             }
             slot.truncated.store(1, std::memory_order_release);
+            const long also = slot.also_mark.load(std::memory_order_acquire);
+            if (also >= 0) guard_slot(also)->truncated.store(1, std::memory_order_release);
             return;  // the access runs again, on anonymous memory
         }
     }
@@ -146,9 +151,10 @@ inline bool install_guard_locked(GuardTable& table) noexcept {
     return true;
 }
 
-// Guard [base, base + length) (a mapping's exact extent). Returns the slot, or -1 when the
-// handler cannot be installed or the table is full.
-inline long guard_register(void* base, std::size_t length) noexcept {
+// Guard [base, base + length) (a mapping's exact extent); a fault in it also marks slot
+// `also_mark` (a live slot, or -1). Returns the slot, or -1 when the handler cannot be
+// installed or the table is full.
+inline long guard_register(void* base, std::size_t length, long also_mark = -1) noexcept {
     GuardTable& table = guard_table();
     std::lock_guard<std::mutex> hold(table.lock);
     if (!install_guard_locked(table)) return -1;
@@ -175,6 +181,7 @@ inline long guard_register(void* base, std::size_t length) noexcept {
     }
     GuardSlot* slot = guard_slot(index);
     slot->truncated.store(0, std::memory_order_relaxed);
+    slot->also_mark.store(also_mark, std::memory_order_relaxed);
     slot->anonymous_from.store(end, std::memory_order_relaxed);
     slot->end.store(end, std::memory_order_relaxed);
     slot->begin.store(begin, std::memory_order_release);  // published last

@@ -35,6 +35,7 @@ from pytriton_core import types
 from pytriton_core.backends.python.pb_utils_errors import TritonModelException
 from pytriton_core.memory.device import DeviceArray
 from pytriton_core.memory.pinned import StagingPool
+from pytriton_core.memory.system_shm import writable_copy
 
 DEVICE_CPU = 1  # kDLCPU
 DEVICE_CUDA = 2  # kDLCUDA
@@ -402,7 +403,7 @@ class Tensor:
                 "a BF16 tensor has no numpy form; use to_dlpack() / from_dlpack() instead"
             )
         if self._server_input and not array.flags.writeable:
-            array = array.copy()
+            array = writable_copy(array)
             self._array = array
             self._server_input = False
         return array
