@@ -55,20 +55,26 @@ def infer(server: ServerHandle, model: str, values: list[float]) -> None:
 
 
 class SystemRegion:
-    """A client's system region of 4 FP32 values, registered with the server."""
+    """A client's system region of ``elements`` FP32 values (0, 1, 2, ...), registered with
+    the server. From 1 MiB on, a Python model's writable input is a private mapping of it."""
 
-    def __init__(self, server: ServerHandle, name: str) -> None:
+    def __init__(self, server: ServerHandle, name: str, elements: int = 4) -> None:
         self.name = name
-        self.handle = shm.create_shared_memory_region(name, f"/pytriton_leak_{name}", 16)
-        shm.set_shared_memory_region(self.handle, [np.arange(4, dtype=np.float32)])
+        self.values = np.arange(elements, dtype=np.float32)
+        self.handle = shm.create_shared_memory_region(
+            name, f"/pytriton_leak_{name}", self.values.nbytes
+        )
+        shm.set_shared_memory_region(self.handle, [self.values])
         self.client = httpclient.InferenceServerClient(server.http_url)
-        self.client.register_system_shared_memory(name, f"/pytriton_leak_{name}", 16)
+        self.client.register_system_shared_memory(
+            name, f"/pytriton_leak_{name}", self.values.nbytes
+        )
 
     def infer(self, model: str) -> None:
-        tensor = httpclient.InferInput("INPUT0", [4], "FP32")
-        tensor.set_shared_memory(self.name, 16)
+        tensor = httpclient.InferInput("INPUT0", [self.values.size], "FP32")
+        tensor.set_shared_memory(self.name, self.values.nbytes)
         result = self.client.infer(model, [tensor]).as_numpy("OUTPUT0")
-        assert result is not None and result.tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert result is not None and np.array_equal(result, self.values)
 
     def close(self) -> None:
         self.client.unregister_system_shared_memory(self.name)
@@ -82,11 +88,12 @@ def test_clean_traffic_leaves_nothing(server: ServerHandle, leak_check: None) ->
         data = np.array([3.0], np.float32)
         result = client.infer("identity", [fp32_input(grpcclient, data)]).as_numpy("OUTPUT0")
         assert result is not None and result.tolist() == [3.0]
-    region = SystemRegion(server, "clean")
-    try:
-        region.infer("identity")
-    finally:
-        region.close()
+    for name, elements in (("clean", 4), ("clean_large", 1 << 18)):  # 16 B, 1 MiB
+        region = SystemRegion(server, name, elements)
+        try:
+            region.infer("identity")
+        finally:
+            region.close()
 
 
 def test_a_model_keeping_its_requests_fails_the_check(server: ServerHandle) -> None:

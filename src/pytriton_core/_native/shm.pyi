@@ -78,14 +78,30 @@ class SystemRegion:
     def view(self, offset: int, byte_size: int) -> RegionView:
         """A read-only zero-copy view of the checked range."""
 
+    def private_copy(self, offset: int, byte_size: int) -> PrivateCopy | None:
+        """A writable copy-on-write mapping of the checked range, or None where the object
+        is no longer the one registered (or gone, or shrunk): copy instead."""
+
     def write(self, offset: int, byte_size: int, data: Buffer) -> int:
         """Copy C-contiguous ``data`` to the region at ``offset`` (checked range;
         OutputTooLargeError when it exceeds ``byte_size``; RegionTruncatedError when the
-        region is, or the copy found it, truncated); returns the bytes copied."""
+        region is, or the copy found it, truncated); returns the bytes copied. A source
+        that is a private copy of bytes the range overlaps is copied through a buffer."""
 
 @final
 class RegionView:
     """Read-only bytes of a SystemRegion (buffer protocol); keeps the region mapped."""
+
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def region(self) -> SystemRegion: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+@final
+class PrivateCopy:
+    """Writable copy-on-write bytes of a SystemRegion's range (buffer protocol): reads see
+    the client's bytes, writes stay here; keeps the region mapped."""
 
     @property
     def nbytes(self) -> int: ...

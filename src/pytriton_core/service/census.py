@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from pytriton_core._native.shm import RegionView
+from pytriton_core._native.shm import PrivateCopy, RegionView
 from pytriton_core.backends.batching import BatchRunner
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -38,8 +38,9 @@ def _shm_mappings(maps: Path) -> int:
 
 def live_objects(maps: Path = Path("/proc/self/maps")) -> dict[str, int]:
     """Counts of live ``requests``, ``responses``, ``shm_region_views`` (views of client
-    regions, each keeping its mapping), ``pooled_bytes_in_use`` (batching and staging
-    pools) and ``shm_mappings`` (shared-memory objects mapped, registered regions included)."""
+    regions and private copies of their ranges, each keeping its region mapped),
+    ``pooled_bytes_in_use`` (batching and staging pools) and ``shm_mappings``
+    (shared-memory objects mapped, registered regions included)."""
     gc.collect()
     counts = {"requests": 0, "responses": 0, "shm_region_views": 0, "pooled_bytes_in_use": 0}
     for candidate in gc.get_objects():
@@ -47,7 +48,7 @@ def live_objects(maps: Path = Path("/proc/self/maps")) -> dict[str, int]:
             counts["requests"] += 1
         elif isinstance(candidate, InferenceResponse):
             counts["responses"] += 1
-        elif isinstance(candidate, RegionView):
+        elif isinstance(candidate, (RegionView, PrivateCopy)):
             counts["shm_region_views"] += 1
         elif isinstance(candidate, BatchRunner):
             counts["pooled_bytes_in_use"] += candidate.pool_in_use_bytes
