@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 
+from pytriton_core import loop_polling
 from pytriton_core.backends.custom_metrics import MetricRegistry
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.errors import InternalError
@@ -171,6 +172,8 @@ class ServerRuntime:
             if self.options.busy_poll_us > 0
             else None
         )
+        if busy_poll is not None:  # process mode's worker hand-offs poll too
+            loop_polling.register(asyncio.get_running_loop(), busy_poll.answered)
         if self.options.allow_http:
             self._http = HttpFrontend(self._service, busy_poll=busy_poll)
             self.http_port = await self._http.start(
@@ -267,6 +270,7 @@ class ServerRuntime:
             await self._reporter.stop()
         log.info("All models are stopped, unloading models")
         await manager.unload_all(max(0.0, deadline - loop.time()))
+        loop_polling.unregister(loop)
         if self._peers is not None:
             await self._peers.stop()
         if self._tracer is not None:

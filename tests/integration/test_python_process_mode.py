@@ -410,3 +410,57 @@ def test_auto_complete_config_runs_in_the_models_environment(server: ServerHandl
     inputs = [httpclient.InferInput("IN", [1], "FP32")]
     inputs[0].set_data_from_numpy(np.array([0], dtype=np.float32))
     assert client.infer("completed", inputs).as_numpy("VERSION")[0] == b"3.0"
+
+
+POLLED_CONFIG = """
+name: "polled"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+parameters { key: "EXECUTION_MODE" value { string_value: "process" } }
+"""
+POLLED_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + 1)]) for r in requests]
+"""
+
+
+def _loop_sleeps(server: ServerHandle) -> int:
+    """How often the server's event loop (its main thread) has gone to sleep so far."""
+    pid = server.process.pid
+    status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def _sleeps_per_request(server: ServerHandle, requests: int) -> float:
+    values = np.arange(4, dtype=np.float32)
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        tensor = httpclient.InferInput("IN", [4], "FP32")
+        tensor.set_data_from_numpy(values)
+        for _ in range(20):  # the connection and the worker warm
+            client.infer("polled", [tensor])
+        before = _loop_sleeps(server)
+        for _ in range(requests):
+            result = client.infer("polled", [tensor]).as_numpy("OUT")
+            assert result is not None and result.tolist() == (values + 1).tolist()
+        return (_loop_sleeps(server) - before) / requests
+
+
+def test_the_loop_polls_while_a_worker_process_answers(tmp_path: Path) -> None:
+    # A lone request in process mode: the loop sends the bundle to the worker and, without
+    # the busy poll, sleeps until the answer, then again until the next request (two sleeps
+    # per request). Polling (here with a window longer than either wait) it sleeps in
+    # neither; the answers are the same (loop_polling.py, frontends/busy_poll.py).
+    write_python_model(tmp_path, "polled", POLLED_CONFIG, POLLED_MODEL)
+    figures = {}
+    for window in ("0", "5000"):
+        with run_pytriton_server(tmp_path, f"--busy-poll-us={window}") as handle:
+            figures[window] = _sleeps_per_request(handle, 200)
+    print("loop sleeps per request, by --busy-poll-us:", figures)
+    assert figures["0"] > 0.9, figures  # the premise: one or two sleeps per request without it
+    assert figures["5000"] < 0.3, figures

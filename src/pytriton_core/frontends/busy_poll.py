@@ -9,12 +9,17 @@ cost the server about 100 µs of CPU against 50 under load, and its p50 latency 
 above the fixed-answer floor server's (docs/benchmarks.md, "Busy polling"). While the loop
 polls, the next request needs no wake-up, and the client runs on the other core.
 
-When: only after an answer the loop made itself (an in-process model executed inline, a
-health or metadata call). A request that waits for an instance thread or a model's worker
-process stops the polling (``waiting``), so the loop never takes the GIL or a core from the
-work it waits for; it sleeps as before and is woken by that work's answer. The window counts
-from the last answer: a server with no traffic never polls, and one under load has no idle
-turns to poll in.
+When: after an answer the loop made itself (an in-process model executed inline, a
+health or metadata call), and around a model worker process's work (process mode): when the
+loop sends a worker a bundle, so that its answer is read the moment it lands, and when it
+delivers a worker's answer, so that the next request is (``pytriton_core.loop_polling``,
+through which process mode reaches this, below the front ends). A request that waits for an
+instance thread stops the polling (``waiting``), so the loop never takes the GIL from the
+thread it waits for; it sleeps as before and is woken by that work's answer. A worker
+process needs no GIL, and measured, polling for it pays where the loop waits for it most
+(lone requests +32-38 %, c4 +15-28 %; docs/benchmarks.md, "Busy polling while a worker
+process answers"). The window counts from the last such moment: a server with no traffic
+never polls, and one under load has no idle turns to poll in.
 
 How: each poll is one ``call_soon`` of ``_poll``; a loop with a callback ready polls its
 sockets without blocking (``epoll_wait`` with a zero timeout) before running it. The

@@ -35,7 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pytriton_core import clock
+from pytriton_core import clock, loop_polling
 from pytriton_core.backends.base import (
     BackendInstance,
     BackendModel,
@@ -575,6 +575,7 @@ class ProcessInstance(BackendInstance):
             worker.channel.send(message, fds)
         except ChannelClosed:
             return  # the loop reads the connection's end and fails the bundle there
+        loop_polling.poll_for_worker(worker.watched)  # for the answer (loop_polling.py)
         if len(pending) == 1:
             # The worker was idle: woken on this CPU, it mostly runs the bundle and answers
             # before the send returns. Take the answer now, not after the loop's next poll
@@ -609,6 +610,7 @@ class ProcessInstance(BackendInstance):
                 for execution, outcome in zip(executions, outcomes):  # noqa: B905 (one each)
                     execution[2](outcome)
             if not channel.buffered():
+                loop_polling.poll_for_worker(worker.watched)  # for the next request
                 return
 
     def _unwatch(self, worker: _Worker) -> None:
