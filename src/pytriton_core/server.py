@@ -172,8 +172,6 @@ class ServerRuntime:
             if self.options.busy_poll_us > 0
             else None
         )
-        if busy_poll is not None:  # process mode's worker hand-offs poll too
-            loop_polling.register(asyncio.get_running_loop(), busy_poll.answered)
         if self.options.allow_http:
             self._http = HttpFrontend(self._service, busy_poll=busy_poll)
             self.http_port = await self._http.start(
@@ -208,6 +206,10 @@ class ServerRuntime:
                 self.options.metrics_port,
                 reuse_port=seat is not None,
             )
+        if busy_poll is not None:
+            # Process mode's hand-offs to worker processes poll too; registered once started,
+            # so that a start that fails leaves nothing for ``stop`` to take back.
+            loop_polling.register(asyncio.get_running_loop(), busy_poll.answered)
         self._service.live = True
         if seat is not None:
             seat.set_state(WorkerState.SERVING)
