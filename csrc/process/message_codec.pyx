@@ -3,8 +3,9 @@
 
 A bundle's requests and a worker's answer cross the worker's socket for every request
 served in process mode, and pickle spent some 5,000 instructions per request served to
-write them and as many to read them, on each side. These are trees of a few built-in types, written here as a tag
-byte per value, lengths and numbers in the machine's byte order (both ends are one host):
+write them and as many to read them, on each side. These are trees of a few built-in
+types, written here as a tag byte per value, lengths and numbers in the machine's byte
+order (both ends are one host):
 
     N None   T True   F False   i int64   d float64
     s str (u32 length, UTF-8)   r the n-th str of the message again (u8 n)

@@ -389,8 +389,6 @@ cdef class RegionView:
         _export_bytes(view, self, self._data, &self._nbytes, True, flags)
 
 
-
-
 @cython.final
 cdef class PrivateCopy:
     """A writable, copy-on-write mapping of a :class:`SystemRegion`'s range (buffer
@@ -405,7 +403,6 @@ cdef class PrivateCopy:
     cdef Py_ssize_t _nbytes
     cdef PyObject* _next
     cdef PyObject* _previous
-    cdef bint _linked
 
     def __cinit__(self):
         self._mapping.guard = -1
@@ -414,17 +411,18 @@ cdef class PrivateCopy:
         raise TypeError("PrivateCopy objects come from SystemRegion.private_copy()")
 
     cdef void _link(self):
+        """Join the live copies; once mapped (``private_copy``), so a copy is linked exactly
+        when its mapping is there."""
         global _live_copies
         self._next = _live_copies
         self._previous = NULL
         if _live_copies != NULL:
             (<PrivateCopy>_live_copies)._previous = <PyObject*>self
         _live_copies = <PyObject*>self
-        self._linked = True
 
     def __dealloc__(self):
         global _live_copies
-        if self._linked:
+        if self._mapping.base != NULL:  # mapped, hence linked
             if self._previous != NULL:
                 (<PrivateCopy>self._previous)._next = self._next
             else:

@@ -328,14 +328,18 @@ def test_regions_hold_no_file_descriptor(client_object: shared_memory.SharedMemo
     gc.collect()
 
 
-def test_the_mapping_lives_as_long_as_any_view(client_object: shared_memory.SharedMemory) -> None:
+@pytest.mark.parametrize("exporter", ["view", "private_copy"])
+def test_the_mapping_lives_as_long_as_any_view(
+    client_object: shared_memory.SharedMemory, exporter: str
+) -> None:
+    # A read-only view or a private copy of the range: either keeps its region mapped.
     region = shm.SystemRegion.open(key_of(client_object), 0, 64)
     alive = weakref.ref(region)
     client_object.buf[:4] = b"\x01\x02\x03\x04"
-    array = np.frombuffer(region.view(0, 4), np.uint8)
+    array = np.frombuffer(getattr(region, exporter)(0, 4), np.uint8)
     del region
     gc.collect()
-    assert alive() is not None  # the array keeps its view, the view keeps the region
+    assert alive() is not None  # the array keeps its exporter, which keeps the region
     assert array.tolist() == [1, 2, 3, 4]
     del array
     gc.collect()
@@ -365,34 +369,19 @@ def test_a_private_copy_reads_the_client_bytes_and_keeps_its_writes(
         region.private_copy(OBJECT_SIZE - 150, 100)
 
 
-def test_a_private_copy_keeps_its_region_mapped(client_object: shared_memory.SharedMemory) -> None:
-    region = shm.SystemRegion.open(key_of(client_object), 0, 64)
-    alive = weakref.ref(region)
-    client_object.buf[:4] = b"\x05\x06\x07\x08"
-    array = np.frombuffer(region.private_copy(0, 4), np.uint8)
-    del region
-    gc.collect()
-    assert alive() is not None
-    assert array.tolist() == [5, 6, 7, 8]
-    del array
-    gc.collect()
-    assert alive() is None
-
-
-def test_no_private_copy_of_an_object_replaced_under_its_name(
-    client_object: shared_memory.SharedMemory,
-) -> None:
-    key = key_of(client_object)
-    region = shm.SystemRegion.open(key, 0, 4096)
-    client_object.unlink()  # the client removes the name and makes another object with it
-    replacement = shared_memory.SharedMemory(key.lstrip("/"), create=True, size=OBJECT_SIZE)
+def test_no_private_copy_of_an_object_replaced_under_its_name() -> None:
+    name = f"pt_unit_{uuid.uuid4().hex[:12]}"
+    registered = shared_memory.SharedMemory(name, create=True, size=OBJECT_SIZE)
+    region = shm.SystemRegion.open("/" + name, 0, 4096)
+    registered.unlink()  # the client removes the name and makes another object with it
+    registered.close()
+    replacement = shared_memory.SharedMemory(name, create=True, size=OBJECT_SIZE)
     try:
         assert region.private_copy(0, 4096) is None  # not the object registered
         replacement.unlink()
         assert region.private_copy(0, 4096) is None  # no object under the name at all
     finally:
         replacement.close()
-        client_object.unlink = lambda: None  # type: ignore[method-assign]  # gone already
 
 
 @pytest.mark.parametrize("shift", [-4100, -8, -4, 4, 8, 4100])
@@ -446,12 +435,16 @@ def test_writable_copy_maps_large_region_inputs_and_copies_the_rest(
         small = np.ndarray((16,), np.float32, region.view(8, 64))
         mapped, copied = writable_copy(large), writable_copy(small)
         assert isinstance(mapped.base, shm.PrivateCopy) and copied.base is None
+        reshaped = writable_copy(large.reshape(4, -1))  # a view of the view: mapped too
+        assert isinstance(reshaped.base, shm.PrivateCopy) and np.array_equal(
+            reshaped, large.reshape(4, -1)
+        )
         assert mapped.flags.writeable and copied.flags.writeable
         assert np.array_equal(mapped, large) and np.array_equal(copied, small)
         plain = np.zeros(PRIVATE_COPY_MIN_BYTES // 4, np.float32)
         plain.flags.writeable = False
         assert writable_copy(plain).base is None  # not a region's: copied
-        del large, small, mapped, copied, region
+        del large, small, mapped, copied, reshaped, region
         gc.collect()
     finally:
         obj.close()

@@ -159,22 +159,21 @@ def writable_copy(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """A writable copy of a read-only input ``array``: for a large one read from a system
     region (its base a region's view), the range mapped again copy-on-write, where a page is
     copied only if written; else ``array.copy()``."""
-    view = array.base  # numpy keeps the exporter of the buffer it was made over
-    if isinstance(view, memoryview):
-        view = view.obj
-    if (
-        isinstance(view, RegionView)
-        and array.nbytes >= PRIVATE_COPY_MIN_BYTES
-        and array.flags.c_contiguous
-    ):
-        region: SystemRegion = view.region
-        offset = array.__array_interface__["data"][0] - region.address
-        try:
-            copy = region.private_copy(offset, array.nbytes)
-        except (RegionRangeError, RegionTruncatedError):
-            copy = None  # the copy below meets the same condition, and the guard marks it
-        if copy is not None:
-            return np.ndarray(array.shape, array.dtype, copy)
+    if array.nbytes >= PRIVATE_COPY_MIN_BYTES and array.flags.c_contiguous:
+        view = array.base  # a reshaped view's base is the array it came from
+        while isinstance(view, np.ndarray):
+            view = view.base
+        if isinstance(view, memoryview):  # an array made by ``frombuffer`` keeps the memoryview
+            view = view.obj
+        if isinstance(view, RegionView):
+            region: SystemRegion = view.region
+            offset = array.__array_interface__["data"][0] - region.address
+            try:
+                copy = region.private_copy(offset, array.nbytes)
+            except (RegionRangeError, RegionTruncatedError):
+                copy = None  # the copy below meets the same condition, and the guard marks it
+            if copy is not None:
+                return np.ndarray(array.shape, array.dtype, copy)
     copied: npt.NDArray[Any] = array.copy()
     return copied
 
