@@ -338,11 +338,13 @@ cdef frozenset _JSON_NUMERIC = frozenset((
 ))
 
 
-def array_to_json_data(array):
+def array_to_json_data(array, bint widen_float32=False):
     """The value of an output's JSON ``data`` field: the elements of ``array`` in C order.
 
     BYTES (object, 'S' or 'U' arrays): a list of str. BOOL and numeric arrays: a flat,
-    C-contiguous, native-endian array for ``orjson.dumps(..., option=OPT_SERIALIZE_NUMPY)``.
+    C-contiguous, native-endian array for ``orjson.dumps(..., option=OPT_SERIALIZE_NUMPY)``;
+    ``widen_float32``: a float32 array's values as float64 (Triton writes each float32 as
+    the double it converts to).
     """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected a numpy.ndarray, got {type(array).__name__}")
@@ -352,6 +354,11 @@ def array_to_json_data(array):
     cdef int type_num = cnp.PyArray_TYPE(arr)
     cdef list values
     cdef Py_ssize_t i
+    if type_num == cnp.NPY_FLOAT and widen_float32:
+        # The widening copy is made C-ordered (a view's ravel after it copies nothing).
+        arr = cnp.PyArray_FROMANY(arr, cnp.NPY_DOUBLE, 0, 0,
+                                  cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_FORCECAST)
+        return cnp.PyArray_Ravel(arr, cnp.NPY_CORDER)
     if type_num in _JSON_NUMERIC:
         if not cnp.PyArray_ISNOTSWAPPED(arr):
             arr = arr.astype(arr.dtype.newbyteorder("="))

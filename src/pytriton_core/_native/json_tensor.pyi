@@ -30,7 +30,9 @@ def array_from_json_data(data: object, datatype: str, shape: Sequence[int]) -> n
             expected kind, what was found and the element's row-major index.
     """
 
-def array_to_json_data(array: npt.NDArray[Any]) -> list[str] | npt.NDArray[Any]:
+def array_to_json_data(
+    array: npt.NDArray[Any], widen_float32: bool = False
+) -> list[str] | npt.NDArray[Any]:
     """The value for an output's JSON ``data`` field: the elements in C order, flat.
 
     BYTES (object, ``S`` or ``U`` arrays): a list of ``str``, each element decoded as
@@ -39,6 +41,8 @@ def array_to_json_data(array: npt.NDArray[Any]) -> list[str] | npt.NDArray[Any]:
     possible), which ``orjson.dumps(..., option=orjson.OPT_SERIALIZE_NUMPY)`` writes as a
     JSON array; that beats ``ndarray.tolist()`` plus orjson (~1.2x at [16], ~2.8x at [1M]
     float32) and writes float32 at float32 precision: ~45% fewer bytes, same float32 values.
+    ``widen_float32``: a float32 array as float64 instead (what Triton writes: each float32
+    as the double it converts to, 0.1 as 0.10000000149011612).
 
     Raises ValueError for a BYTES element that is not valid UTF-8 (JSON cannot carry it:
     the front end tells the client to ask for binary output) and for FP16/BF16 arrays

@@ -57,7 +57,9 @@ cdef DecodedInfer _walked(InferenceRequest request, tuple walked)
     binary_by_default=bint,
     size=Py_ssize_t,
 )
-cpdef encode_infer_response(Model model, DecodedInfer decoded, InferenceResponse response)
+cpdef encode_infer_response(
+    Model model, DecodedInfer decoded, InferenceResponse response, bint general=*
+)
 
 
 @cython.locals(
@@ -65,7 +67,8 @@ cpdef encode_infer_response(Model model, DecodedInfer decoded, InferenceResponse
     binary_by_default=bint,
     outputs=list,
     blobs=list,
-    sizes=list,
+    parts=list,
     size=Py_ssize_t,
+    data=bytes,
 )
-cdef object _binary_response(Model model, DecodedInfer decoded, InferenceResponse response)
+cdef object _direct_response(Model model, DecodedInfer decoded, InferenceResponse response)

@@ -17,8 +17,9 @@ from orjson import OPT_SERIALIZE_NUMPY as _SERIALIZE_NUMPY
 from orjson import dumps as _orjson_dumps
 
 from pytriton_core import types
-from pytriton_core._native.infer_header import binary_response_header
+from pytriton_core._native.infer_header import response_header
 from pytriton_core._native.infer_walk import HeaderMemo, walk_binary_infer
+from pytriton_core._native.json_infer import walk_json_infer
 from pytriton_core._native.json_tensor import (
     SHAPE_MISMATCH,
     array_from_json_data,
@@ -338,7 +339,8 @@ def decode_infer_request(
     Inputs and outputs in shared memory are resolved by ``service``: inputs become views of
     their regions, outputs' ranges are checked. ``allowed_reserved``: the ``triton_``
     parameters the caller acts on (kept in ``DecodedInfer.reserved``). ``general``: skip
-    the compiled walk of the common request (the fuzzer compares the two). ``memo``: the
+    the compiled walks of the common requests, binary and all-JSON (the fuzzer compares
+    them with it). ``memo``: the
     server's readings of common headers, which a header seen before is read from (and a
     common one read now is kept in).
     """
@@ -367,6 +369,19 @@ def decode_infer_request(
             walked = memo.recall(json_part, body, binary_start, Tensor, RequestedOutput)
             if walked is not None:
                 return _walked(request, walked)
+    if header_length is None and not allowed_reserved and not general:
+        # The common all-JSON request, its numbers read from the bytes into their arrays;
+        # None: the general decode reads it.
+        walked = walk_json_infer(
+            json_part,
+            types.BY_WIRE_NAME,
+            Tensor,
+            RequestedOutput,
+            limits.http_max_json_depth,
+            limits.http_max_json_elements,
+        )
+        if walked is not None:
+            return _walked(request, walked)
     document = parse_json(json_part, limits, InternalError)
     if (
         header_length is not None
@@ -597,12 +612,13 @@ def _decode_raw_binary(model: Model, body: Buffer, request: InferenceRequest) ->
 
 
 def encode_infer_response(
-    model: Model, decoded: DecodedInfer, response: InferenceResponse
+    model: Model, decoded: DecodedInfer, response: InferenceResponse, general: bool = False
 ) -> HttpResponse:
-    """JSON header + binary blobs; raises a ServerError for an output JSON cannot carry."""
+    """JSON header + binary blobs; raises a ServerError for an output JSON cannot carry.
+    ``general``: skip the header's direct writer (the tests compare the two)."""
     request = decoded.request
-    if not response.parameters and not decoded.shm_outputs:
-        answer = _binary_response(model, decoded, response)
+    if not general and not response.parameters and not decoded.shm_outputs:
+        answer = _direct_response(model, decoded, response)
         if answer is not None:
             return answer
     document: dict[str, Any] = {}
@@ -639,27 +655,29 @@ def encode_infer_response(
     return _answer(header, blobs)
 
 
-def _binary_response(
+def _direct_response(
     model: Model, decoded: DecodedInfer, response: InferenceResponse
 ) -> HttpResponse | None:
-    """The common answer (every output binary, no parameters, no output to a region) with
-    its header written directly, byte for byte as the general encode writes it; None when
-    it is not that (the general encode then answers)."""
+    """The common answer (no parameters, no output to a region) with its header written
+    directly, byte for byte as the general encode writes it; None when it is not that (the
+    general encode then answers)."""
     binary_outputs, binary_by_default = decoded.binary_outputs, decoded.binary_by_default
     outputs = response.outputs
     blobs: list[Buffer] = []
-    sizes: list[int] = []
+    parts: list[int | bytes] = []
     for tensor in outputs:
-        if not binary_outputs.get(tensor.name, binary_by_default):
-            return None
-        blob = array_to_bytes(tensor)
-        size = len(blob)
-        sizes.append(size)
-        if size:
-            blobs.append(blob)
-    header = binary_response_header(
-        decoded.request.id, model.name, str(model.version), outputs, sizes
-    )
+        if binary_outputs.get(tensor.name, binary_by_default):
+            blob = array_to_bytes(tensor)
+            size = len(blob)
+            parts.append(size)
+            if size:
+                blobs.append(blob)
+        else:
+            data = _orjson_dumps(json_output_values(tensor), option=_SERIALIZE_NUMPY)
+            if b"null" in data:  # NaN or infinities (or the word in a string): see dump_document
+                return None
+            parts.append(data)
+    header = response_header(decoded.request.id, model.name, str(model.version), outputs, parts)
     if header is None:
         return None
     return _answer(header, blobs)
@@ -725,14 +743,9 @@ def json_output_values(tensor: Tensor) -> Any:
                 f"output '{tensor.name}' holds bytes that are not valid UTF-8 and cannot be "
                 "sent as JSON; request it with binary_data"
             ) from None
-    if wire == "FP32":
-        # Triton writes each float32 as the double it converts to (0.1 -> 0.10000000149...).
-        # The widening copy is C-ordered already: no contiguous copy before it.
-        data = tensor.data.astype(np.float64, order="C").reshape(-1)
-    else:
-        data = np.ascontiguousarray(tensor.data).reshape(-1)
+    # Triton writes each float32 as the double it converts to (0.1 -> 0.10000000149...).
     # orjson writes C-contiguous numpy arrays natively, without Python objects.
-    return data
+    return array_to_json_data(tensor.data, wire == "FP32")
 
 
 class NonFiniteData:
