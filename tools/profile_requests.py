@@ -58,6 +58,7 @@ from bench.payloads import http_body, input_array, prepare_repository  # noqa: E
 from bench.pipelines import write_repository  # noqa: E402
 from bench.python_process_mode import CONFIG, IDENTITY  # noqa: E402
 from pytriton_core import Server  # noqa: E402
+from pytriton_core.options import ServerOptions  # noqa: E402
 
 # The client process: reads "go N\n" on stdin, sends N requests over its connections,
 # answers "done\n"; closes on EOF. Responses are checked only for their status.
@@ -261,6 +262,11 @@ def main() -> None:
         help="the bench's identity model, bench.pipelines' two-step pipeline, or the "
         "identity model in process mode",
     )
+    parser.add_argument(
+        "--dynamic-batching",
+        action="store_true",
+        help="identity_fp32 with dynamic_batching {} (the bench's +dyn. batching scenarios)",
+    )
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -289,7 +295,7 @@ def main() -> None:
         instance.INLINE_BUDGET_NS = 1 << 62
     with tempfile.TemporaryDirectory() as work:
         if args.model == "identity_fp32":
-            repository = prepare_repository(Path(work), dynamic_batching=False)
+            repository = prepare_repository(Path(work), dynamic_batching=args.dynamic_batching)
         elif args.model == PROCESS_MODEL:
             repository = _process_repository(Path(work) / "process")
         else:
@@ -297,6 +303,8 @@ def main() -> None:
         http_port, grpc_port = _free_port(), _free_port()
         with Server(
             model_repository=repository,
+            # The collector as the command-line server sets it (the API leaves it alone).
+            gc_threshold=ServerOptions.gc_threshold,
             allow_http=True,
             http_port=http_port,
             allow_grpc=True,

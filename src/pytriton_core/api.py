@@ -68,6 +68,8 @@ class Server:
             # This process has threads of its own: the loop does not poll for the GIL
             # between requests (frontends/busy_poll.py).
             busy_poll_us=0,
+            # Nor does it change the garbage collector of the process it is a guest in.
+            gc_threshold=0,
         )
         if model_repository is not None:
             paths = (

@@ -135,6 +135,14 @@ def add_server_flag_arguments(
         "the next one instead of sleeping (lower latency for lone clients); 0: never",
     )
     add(
+        "--gc-threshold",
+        type=_at_least(0),
+        default=_DEFAULTS.gc_threshold,
+        metavar="OBJECTS",
+        help="Python's generation-0 garbage collection threshold while serving (new "
+        "container objects, less those freed, between collections); 0: Python's own (700)",
+    )
+    add(
         "--model-load-thread-count",
         type=_at_least(1),
         default=_DEFAULTS.model_load_thread_count,
@@ -186,6 +194,7 @@ def server_flag_options(args: argparse.Namespace) -> dict[str, Any]:
         "reuse_http_port": args.reuse_http_port,
         "http_header_forward_pattern": args.http_header_forward_pattern,
         "busy_poll_us": args.busy_poll_us,
+        "gc_threshold": args.gc_threshold,
         "model_load_thread_count": args.model_load_thread_count,
         "model_load_retry_count": args.model_load_retry_count,
         "model_namespacing": args.model_namespacing,

@@ -319,6 +319,12 @@ class ServerOptions:
     # --busy-poll-us: after the event loop answers a request itself, it polls its sockets
     # this long for the next one instead of sleeping (frontends/busy_poll.py); 0: never.
     busy_poll_us: int = 100
+    # --gc-threshold: Python's generation-0 collection threshold while serving (the number
+    # of new container objects, less those freed, that starts a collection); 0: Python's
+    # own (700). Requests waiting in a batcher keep their objects alive across many others'
+    # allocations, so the default collects, and every tenth time looks at older objects
+    # too, about once per 50 requests at 64 in flight (docs/configuration.md).
+    gc_threshold: int = 10_000
     limits: LimitOptions = field(default_factory=LimitOptions)
     # --debug-live-objects: GET /v2/debug/live_objects answers a census of what requests
     # leave behind (service/census.py), for leak checks; off, the path does not exist.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -210,6 +211,9 @@ class ServerRuntime:
             # Process mode's hand-offs to worker processes poll too; registered once started,
             # so that a start that fails leaves nothing for ``stop`` to take back.
             loop_polling.register(asyncio.get_running_loop(), busy_poll.answered)
+        if self.options.gc_threshold > 0:
+            _, older, oldest = gc.get_threshold()
+            gc.set_threshold(self.options.gc_threshold, older, oldest)
         self._service.live = True
         if seat is not None:
             seat.set_state(WorkerState.SERVING)

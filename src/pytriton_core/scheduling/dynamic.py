@@ -74,16 +74,27 @@ class BatchingSettings:
         )
 
 
-@dataclass(slots=True)
 class _Entry:
-    request: InferenceRequest
-    deadline_ns: int  # 0: no queue timeout
-    # When it entered this batcher (Triton's batcher start): the delay counts from here. The
-    # oldest-strategy sequence batcher hands a request on long after it was queued.
-    since_ns: int = 0
-    # What must agree across a batch (``_shape_key``), worked out once at enqueue; None for
-    # every request where nothing must.
-    key: tuple[object, ...] | None = None
+    """A queued request. A plain class with ``__slots__`` (not a dataclass): compiled, its
+    ``__init__`` is a C function, and one is made per request."""
+
+    __slots__ = ("deadline_ns", "key", "request", "since_ns")
+
+    def __init__(
+        self,
+        request: InferenceRequest,
+        deadline_ns: int,
+        since_ns: int = 0,
+        key: tuple[object, ...] | None = None,
+    ) -> None:
+        self.request = request
+        self.deadline_ns = deadline_ns  # 0: no queue timeout
+        # When it entered this batcher (Triton's batcher start): the delay counts from here.
+        # The oldest-strategy sequence batcher hands a request on long after it was queued.
+        self.since_ns = since_ns
+        # What must agree across a batch (``_shape_key``), worked out once at enqueue; None
+        # for every request where nothing must.
+        self.key = key
 
 
 @dataclass(slots=True)
@@ -112,7 +123,9 @@ class DynamicBatchScheduler(Scheduler):
         ]
         self._count = 0
         self._stopping = False
-        lock = threading.Lock()
+        # The loop's own calls take the lock itself: entering a Condition is a Python-level
+        # call, its lock's a C one.
+        self._lock = lock = threading.Lock()
         self._cond = threading.Condition(lock)  # idle instances wait here
         self._deadline_cond = threading.Condition(lock)  # the timeout watcher waits here
         # Queue timeouts must fire while every instance is busy, so a thread of their own
@@ -139,7 +152,7 @@ class DynamicBatchScheduler(Scheduler):
                 self._cond.notify()
 
     def take_ready_batch(self) -> list[InferenceRequest]:
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 return []
             now = time.monotonic_ns()
@@ -158,15 +171,18 @@ class DynamicBatchScheduler(Scheduler):
         )
         queue = self._levels[level - 1]
         policy = queue.policy
-        timeout_us = policy.timeout_us(request.timeout_us)
-        deadline = request.queue_start_ns + timeout_us * 1000 if timeout_us else 0
+        deadline = 0
+        if self._timeouts:
+            timeout_us = policy.timeout_us(request.timeout_us)
+            if timeout_us:
+                deadline = request.queue_start_ns + timeout_us * 1000
         entry = _Entry(
             request,
             deadline,
             time.monotonic_ns(),
             self._shape_key(request) if self._keyed else None,
         )
-        with self._cond:
+        with self._lock:
             if policy.max_queue_size and len(queue) >= policy.max_queue_size:
                 raise UnavailableError("Exceeds maximum queue size")
             queue.waiting.append(entry)
@@ -254,7 +270,11 @@ class DynamicBatchScheduler(Scheduler):
 
     def _shape_key(self, request: InferenceRequest) -> tuple[object, ...]:
         inputs = request.inputs
-        shapes = tuple(inputs[name].shape[1:] if name in inputs else None for name in self._checked)
+        dims = []
+        for name in self._checked:
+            tensor = inputs.get(name)
+            dims.append(None if tensor is None else tensor.shape[1:])
+        shapes = tuple(dims)
         if self._settings.has_optional_inputs:  # the same set of inputs, in any order
             return (frozenset(inputs), shapes)
         return shapes
