@@ -21,15 +21,12 @@ The JSON limits (``--http-max-json-depth``, ``--http-max-json-elements``) are co
 ``json_limits`` counts them: each array and object opened, and each comma, is one value.
 """
 
-cimport cython
 cimport numpy as cnp
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.object cimport PyObject
 from libc.math cimport isinf
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t
 from libc.string cimport memcmp, memcpy
-
-import numpy as np
 
 cnp.import_array()
 
@@ -63,14 +60,16 @@ cdef enum Kind:
     K_FP64
 
 
-# Kind -> (wire name, numpy type number, element size): the datatypes JSON data is read for.
+# Kind -> its wire name (the key of the server's datatypes; the C names below are compared
+# with the body's bytes) and its numpy type number: the datatypes JSON data is read for.
 cdef tuple _WIRE_NAMES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
                           "INT32", "INT64", "FP32", "FP64")
 cdef int _TYPE_NUMBERS[11]
 _TYPE_NUMBERS[:] = [cnp.NPY_BOOL, cnp.NPY_UINT8, cnp.NPY_UINT16, cnp.NPY_UINT32, cnp.NPY_UINT64,
                     cnp.NPY_INT8, cnp.NPY_INT16, cnp.NPY_INT32, cnp.NPY_INT64, cnp.NPY_FLOAT32,
                     cnp.NPY_FLOAT64]
-# The inclusive range of each integer kind (BOOL and the floats have none).
+# The inclusive range of each integer kind (BOOL and the floats have none); UINT64's is what
+# an integer of 18 digits, the most the walk reads, can be.
 cdef int64_t _LOWEST[11]
 cdef int64_t _HIGHEST[11]
 _LOWEST[:] = [0, 0, 0, 0, 0, -128, -32768, -2147483648, -9223372036854775807 - 1, 0, 0]
