@@ -21,6 +21,8 @@ from process_mode_models import IDENTITY
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from bench import procstats
+
 IDENTITY_CONFIG = """
 name: "{name}"
 backend: "python"
@@ -430,25 +432,32 @@ class TritonPythonModel:
 """
 
 
-def _loop_sleeps(server: ServerHandle) -> int:
-    """How often the server's event loop (its main thread) has gone to sleep so far."""
-    pid = server.process.pid
+def _sleeps(pid: int) -> int:
+    """How often a process's main thread has gone to sleep so far."""
     status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
     return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
 
 
-def _sleeps_per_request(server: ServerHandle, requests: int) -> float:
+def _worker_pid(server: ServerHandle) -> int:
+    server_pid = server.process.pid
+    (worker,) = [pid for pid in procstats.process_tree(server_pid) if pid != server_pid]
+    return worker
+
+
+def _sleeps_per_request(server: ServerHandle, requests: int, pid: int | None = None) -> float:
+    """The sleeps per lone request of the server's loop, or of process ``pid``."""
     values = np.arange(4, dtype=np.float32)
     with httpclient.InferenceServerClient(server.http_url) as client:
         tensor = httpclient.InferInput("IN", [4], "FP32")
         tensor.set_data_from_numpy(values)
         for _ in range(20):  # the connection and the worker warm
             client.infer("polled", [tensor])
-        before = _loop_sleeps(server)
+        watched = server.process.pid if pid is None else pid
+        before = _sleeps(watched)
         for _ in range(requests):
             result = client.infer("polled", [tensor]).as_numpy("OUT")
             assert result is not None and result.tolist() == (values + 1).tolist()
-        return (_loop_sleeps(server) - before) / requests
+        return (_sleeps(watched) - before) / requests
 
 
 def test_the_loop_polls_while_a_worker_process_answers(tmp_path: Path) -> None:
@@ -464,3 +473,39 @@ def test_the_loop_polls_while_a_worker_process_answers(tmp_path: Path) -> None:
     print("loop sleeps per request, by --busy-poll-us:", figures)
     assert figures["0"] > 0.9, figures  # the premise: one or two sleeps per request without it
     assert figures["5000"] < 0.3, figures
+
+
+def test_a_worker_polls_for_its_next_bundle(tmp_path: Path) -> None:
+    # A lone client's next request comes a little after the answer: a worker that sleeps
+    # once it has answered is woken for each (a sleep per request); one that polls for
+    # PROCESS_POLL_MICROSECONDS (here longer than the client's turn) sleeps for none, and
+    # yields its core between looks (counted as preemptions, not sleeps).
+    figures = {}
+    for window in ("0", "5000"):
+        config = POLLED_CONFIG.replace(
+            'value { string_value: "process" } }',
+            'value { string_value: "process" } }\nparameters { key: "PROCESS_POLL_MICROSECONDS" '
+            f'value {{ string_value: "{window}" }} }}',
+        )
+        write_python_model(tmp_path / window, "polled", config, POLLED_MODEL)
+        with run_pytriton_server(tmp_path / window) as handle:
+            figures[window] = _sleeps_per_request(handle, 200, _worker_pid(handle))
+    print("worker sleeps per request, by PROCESS_POLL_MICROSECONDS:", figures)
+    assert figures["0"] > 0.9, figures
+    assert figures["5000"] < 0.3, figures
+
+
+def test_a_poll_window_that_is_not_a_number_fails_the_load(tmp_path: Path) -> None:
+    config = POLLED_CONFIG.replace(
+        'value { string_value: "process" } }',
+        'value { string_value: "process" } }\n'
+        'parameters { key: "PROCESS_POLL_MICROSECONDS" value { string_value: "-5" } }',
+    )
+    write_python_model(tmp_path, "polled", config, POLLED_MODEL)
+    flags = ("--exit-on-error=false", "--strict-readiness=false")
+    with run_pytriton_server(tmp_path, *flags) as handle:
+        with httpclient.InferenceServerClient(handle.http_url) as client:
+            assert not client.is_model_ready("polled")
+            index = client.get_model_repository_index()
+    (entry,) = [e for e in index if e["name"] == "polled"]
+    assert "PROCESS_POLL_MICROSECONDS must be a number >= 0" in entry["reason"], entry

@@ -75,6 +75,12 @@ MODE_PARAMETER = "EXECUTION_MODE"
 TIMEOUT_PARAMETER = "PROCESS_EXECUTE_TIMEOUT_SECONDS"
 MEMORY_PARAMETER = "PROCESS_MEMORY_LIMIT_BYTES"
 HEARTBEAT_PARAMETER = "PROCESS_HEARTBEAT_TIMEOUT_SECONDS"
+POLL_PARAMETER = "PROCESS_POLL_MICROSECONDS"
+# How long a worker that has answered polls its socket for the next bundle before it
+# sleeps (yielding its core between looks): a lone client's next request, some 100-200 µs
+# after the answer on this machine, then finds it awake. Measured in docs/benchmarks.md,
+# "A worker that polls for its next bundle".
+DEFAULT_POLL_US = 200.0
 _DEFAULT_HEARTBEAT_TIMEOUT_S = 1.0
 _START_TIMEOUT_S = 120.0
 _WATCH_INTERVAL_S = 0.05
@@ -202,6 +208,8 @@ class ProcessModel(BackendModel):
             if heartbeat is None
             else _number(spec, HEARTBEAT_PARAMETER)
         )
+        poll = spec.parameters.get(POLL_PARAMETER)
+        self.poll_us = DEFAULT_POLL_US if poll is None else _number(spec, POLL_PARAMETER)
         self.custom_metrics = location.custom_metrics
         # Batches start and finish on the server's loop (``ProcessInstance.begin``); a
         # decoupled model's batches stay on the instance's thread.
@@ -234,6 +242,7 @@ class ProcessModel(BackendModel):
             "config": self._model_config,
             **location_fields(self._location),
             "instance": {"name": spec.name, "kind": spec.kind, "device_id": spec.device_id},
+            "poll_us": self.poll_us,
         }
         instance = ProcessInstance(self, spec, init)
         with self._lock:

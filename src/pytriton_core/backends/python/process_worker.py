@@ -120,8 +120,11 @@ class _Worker:
         self._channel.send(ready, [self._writer.arena.fd, self._event_writer.arena.fd])
         threading.Thread(target=self._read, name="worker-reader", daemon=True).start()
         threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True).start()
+        poll_ns = int(init["poll_us"] * 1000)
         while True:
             try:
+                if poll_ns:
+                    self._poll(poll_ns)
                 message, fds = self._channel.recv()
             except ChannelClosed:
                 os._exit(0)  # the server is gone: nothing to answer to
@@ -129,6 +132,22 @@ class _Worker:
                 break
             self._execute(instance, message, fds)
         instance.finalize()
+
+    def _poll(self, window_ns: int) -> None:
+        """Look for the next bundle for up to ``window_ns`` before ``recv`` sleeps on the
+        socket: a next request that comes soon finds this process awake, where waking it
+        would cost the request the kernel's wake-up and cold caches (lone requests: about
+        half again as many per second). Between looks the process yields its core (and the
+        GIL, to its reader and heartbeat threads), so that the client and the server,
+        sharing the cores, run first; an idle worker polls once, then sleeps."""
+        channel = self._channel
+        if channel.buffered():
+            return
+        deadline = clock.now_ns() + window_ns
+        while not channel.arrived():
+            if clock.now_ns() >= deadline:
+                return
+            os.sched_yield()
 
     def _create(self, init: dict[str, Any]) -> Any:
         config = config_from_json(init["config"])
