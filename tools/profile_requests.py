@@ -19,6 +19,10 @@ closed loop, the bench's ``[1, 16]`` FP32 request), so the figures are the serve
 
 - CPU µs per request: this process's CPU time (every thread: the loop, grpc's poller) over a
   window of ``--requests`` requests after ``--warmup`` ones, divided by the requests;
+- the garbage collector's collections per 1,000 requests over each CPU window, per
+  generation (the server runs with the command line's ``--gc-threshold`` unless
+  ``--gc-threshold`` is given here; ``--dynamic-batching`` serves the identity model with
+  ``dynamic_batching {}``);
 - with ``--callgrind`` (run under ``valgrind --tool=callgrind --instr-atstart=no``), one
   more window counted by callgrind, every thread of the server: instructions per request.
   Valgrind runs the server some 50 times slower, so the inline rule's wall-clock budget
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -267,6 +272,12 @@ def main() -> None:
         action="store_true",
         help="identity_fp32 with dynamic_batching {} (the bench's +dyn. batching scenarios)",
     )
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=ServerOptions.gc_threshold,
+        help="the server's --gc-threshold (0: Python's own, 700)",
+    )
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -304,7 +315,7 @@ def main() -> None:
         with Server(
             model_repository=repository,
             # The collector as the command-line server sets it (the API leaves it alone).
-            gc_threshold=ServerOptions.gc_threshold,
+            gc_threshold=args.gc_threshold,
             allow_http=True,
             http_port=http_port,
             allow_grpc=True,
@@ -316,14 +327,23 @@ def main() -> None:
                 load.run(args.warmup)
                 for _ in range(args.rounds):
                     start, worker_start = os.times(), _worker_seconds(load)
+                    collections = [g["collections"] for g in gc.get_stats()]
                     load.run(args.requests)
                     end, worker_end = os.times(), _worker_seconds(load)
+                    collections = [
+                        g["collections"] - before
+                        for g, before in zip(gc.get_stats(), collections, strict=True)
+                    ]
                     rate = args.requests / (end.elapsed - start.elapsed)
                     cpu = (end.user - start.user) + (end.system - start.system)
                     print(
                         f"{args.path}: server CPU {cpu / args.requests * 1e6:.1f} µs/request "
                         f"(user {(end.user - start.user) / args.requests * 1e6:.1f}, "
                         f"{args.requests} requests, c{args.concurrency}, {rate:.0f}/s)"
+                    )
+                    per_thousand = "/".join(f"{n * 1000 / args.requests:.1f}" for n in collections)
+                    print(
+                        f"{args.path}: GC collections per 1,000 requests {per_thousand} (gen 0/1/2)"
                     )
                     if args.model == PROCESS_MODEL:
                         worker = (worker_end - worker_start) / args.requests * 1e6

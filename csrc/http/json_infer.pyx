@@ -32,6 +32,7 @@ cnp.import_array()
 
 
 cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
     double PyOS_string_to_double(const char* text, char** end, PyObject* overflow) except? -1.0
     object PyUnicode_DecodeUTF8(const char* data, Py_ssize_t size, const char* errors)
 
@@ -41,8 +42,6 @@ cdef enum:
     _MAX_DATA_DEPTH = 100  # json_tensor's limit on the nesting of a 'data' array
     _MAX_INTEGER_DIGITS = 18  # every integer of 18 digits fits an int64
     _MAX_NUMBER_BYTES = 63
-
-cdef Py_ssize_t _SIZE_MAX = 0x7fffffffffffffff
 
 
 cdef enum Kind:
@@ -60,10 +59,7 @@ cdef enum Kind:
     K_FP64
 
 
-# Kind -> its wire name (the key of the server's datatypes; the C names below are compared
-# with the body's bytes) and its numpy type number: the datatypes JSON data is read for.
-cdef tuple _WIRE_NAMES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
-                          "INT32", "INT64", "FP32", "FP64")
+# Kind -> its numpy type number: the datatypes JSON data is read for.
 cdef int _TYPE_NUMBERS[11]
 _TYPE_NUMBERS[:] = [cnp.NPY_BOOL, cnp.NPY_UINT8, cnp.NPY_UINT16, cnp.NPY_UINT32, cnp.NPY_UINT64,
                     cnp.NPY_INT8, cnp.NPY_INT16, cnp.NPY_INT32, cnp.NPY_INT64, cnp.NPY_FLOAT32,
@@ -85,6 +81,11 @@ cdef extern from *:
     """
     const char* const* _WIRE_NAME_BYTES "pytriton_json_wire_names"
     size_t strlen(const char* text) nogil
+
+
+# Kind -> its wire name as the key of the server's datatypes (the C names are compared with
+# the body's bytes).
+cdef tuple _WIRE_NAMES = tuple((<bytes>_WIRE_NAME_BYTES[kind]).decode() for kind in range(11))
 
 
 cdef Kind _kind_of(const unsigned char* name, Py_ssize_t size) noexcept nogil:
@@ -433,7 +434,7 @@ cdef int _input(Scan* s, dict datatypes, tensor_type, dict inputs) except -1:
     if name_start < 0 or type_start < 0 or ndim < 0 or data_start < 0:
         return False
     for index in range(ndim):
-        if dims[index] and total > _SIZE_MAX // dims[index]:
+        if dims[index] and total > PY_SSIZE_T_MAX // dims[index]:
             return False
         total *= dims[index]
     if total != leaves:

@@ -147,7 +147,7 @@ class DynamicBatchScheduler(Scheduler):
         self._enqueue(request, wake=False)
 
     def wake(self) -> None:
-        with self._cond:
+        with self._lock:
             if self._count:
                 self._cond.notify()
 
