@@ -101,6 +101,7 @@ def measure(
                 window_ms=args.window_ms,
                 model=model.name,
                 input_name=model.input,
+                input_data=frameworks.input_data_path(repository, backend),
             )
             tag = f"{backend}-c{concurrency}"
             runs.append(

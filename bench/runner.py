@@ -159,8 +159,8 @@ class Runner:
                 self._unavailable[backend] = reason
         available = [b for b in backends if b not in self._unavailable]
         skipped = dict(NO_FRAMEWORK_BACKENDS)
-        folder = self.work / "repo-frameworks"
-        repository = folder / "repository"
+        repository = self._frameworks_repository
+        folder = repository.parent
         if available:
             log(f"building the framework models: {', '.join(available)}")
             try:
@@ -342,7 +342,15 @@ class Runner:
             input_name=frameworks.MODELS[scenario.backend].input
             if scenario.backend
             else INPUT_NAME,
+            # The framework models compute on the raw loop's numbers (bench/frameworks.py).
+            input_data=frameworks.input_data_path(self._frameworks_repository, scenario.backend)
+            if scenario.backend
+            else None,
         )
+
+    @property
+    def _frameworks_repository(self) -> Path:
+        return self.work / "repo-frameworks" / "repository"
 
     def _window_function(
         self,

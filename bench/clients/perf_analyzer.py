@@ -68,6 +68,8 @@ class PerfAnalyzerRun:
     model: str = MODEL_NAME
     input_name: str = INPUT_NAME  # its one input, [elements] per request
     batch_size: int = 1  # -b: rows per request, for models with a batch dimension
+    # --input-data: a JSON file of the tensors to send (None: perf_analyzer's random bytes)
+    input_data: Path | None = None
 
 
 class PerfAnalyzer:
@@ -135,6 +137,8 @@ def load_arguments(
     ]
     if run.batch_size != 1:
         arguments += ["-b", str(run.batch_size)]
+    if run.input_data is not None:
+        arguments += ["--input-data", str(run.input_data)]
     if run.shared_memory != "none":
         # The output's shape is variable ([-1]): perf_analyzer needs its region size.
         arguments += [

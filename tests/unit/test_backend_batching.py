@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pytriton_core import proto, types
-from pytriton_core.backends.base import ModelLocation
+from pytriton_core.backends.base import DeferredResponses, ModelLocation
 from pytriton_core.backends.batching import Batch, BatchRunner, failed_responses
 from pytriton_core.backends.framework import (
     ModelTensor,
@@ -216,8 +216,11 @@ def test_malformed_outputs_fail_with_the_output_named(
     outputs: dict[str, np.ndarray], message: str
 ) -> None:
     runner = BatchRunner(_spec(_config()), "m")
+    responses = runner.execute([_request(1, 0), _request(2, 0)], ComputeTiming(), lambda b: outputs)
+    # The responses are built where the core finishes them (on the loop): the error too.
+    assert isinstance(responses, DeferredResponses) and len(responses) == 2
     with pytest.raises(InternalError, match=re.escape(message)):
-        runner.execute([_request(1, 0), _request(2, 0)], ComputeTiming(), lambda b: outputs)
+        responses.finish()
 
 
 def test_failed_responses_are_distinct_objects() -> None:

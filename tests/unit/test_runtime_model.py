@@ -11,15 +11,22 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from pytriton_core import types
-from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, LoopExecution
+from pytriton_core.backends.base import (
+    BackendInstance,
+    BackendModel,
+    DeferredResponses,
+    InstanceSpec,
+    LoopExecution,
+)
 from pytriton_core.config import ModelSpec, normalize_config, parse_config_text, validate_config
 from pytriton_core.errors import InternalError
-from pytriton_core.inference.request import InferenceRequest
+from pytriton_core.inference.request import SEQUENCE_START, InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ComputeTiming
 from pytriton_core.inference.tensor import Tensor
@@ -29,6 +36,12 @@ from pytriton_core.runtime.model import Model, ModelState
 
 CONFIG = """
 name: "slow" backend: "python" max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+SEQUENCE_CONFIG = """
+name: "slow" backend: "python" max_batch_size: 0
+sequence_batching { }
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
@@ -52,8 +65,13 @@ class _Gate(BackendModel, BackendInstance):
         return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
 
 
-def _model(backend: BackendModel, loop: asyncio.AbstractEventLoop, instances: int = 1) -> Model:
-    config = parse_config_text(CONFIG, "test")
+def _model(
+    backend: BackendModel,
+    loop: asyncio.AbstractEventLoop,
+    instances: int = 1,
+    config_text: str = CONFIG,
+) -> Model:
+    config = parse_config_text(config_text, "test")
     normalize_config(config)
     validate_config(config)
     model = Model(ModelSpec.from_config(config, 1), config, Path("/nonexistent"), backend, loop)
@@ -61,10 +79,13 @@ def _model(backend: BackendModel, loop: asyncio.AbstractEventLoop, instances: in
     return model
 
 
-def _request(answers: list[InferenceResponse]) -> InferenceRequest:
+def _request(answers: list[InferenceResponse], **fields: Any) -> InferenceRequest:
     x = Tensor("X", types.BY_WIRE_NAME["FP32"], np.ones(1, np.float32))
     return InferenceRequest(
-        "slow", inputs={"X": x}, on_response=lambda response, final: answers.append(response)
+        "slow",
+        inputs={"X": x},
+        on_response=lambda response, final: answers.append(response),
+        **fields,
     )
 
 
@@ -340,3 +361,74 @@ def test_a_lone_long_execution_after_a_long_run_of_short_ones_is_forgiven_once()
     assert where[INLINE_AFTER:shorts] == ["loop"] * INLINE_AFTER
     assert where[shorts : shorts + 5] == ["loop"] * 5  # the long one, 3 short, the 2nd long
     assert where[shorts + 5 :] == ["thread"] * 2
+
+
+class _Deferring(BackendModel, BackendInstance):
+    """Answers through ``DeferredResponses`` (as the framework backends' batch runner does),
+    noting the thread each batch executes on and the one its responses are built on; a
+    build fails while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        self.executed_on: list[threading.Thread] = []
+        self.built_on: list[threading.Thread] = []
+        self.failing = False
+
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance:
+        return self
+
+    def execute(
+        self, requests: Sequence[InferenceRequest], timing: ComputeTiming
+    ) -> Sequence[InferenceResponse | None]:
+        self.executed_on.append(threading.current_thread())
+        failing = self.failing
+
+        def build() -> list[InferenceResponse]:
+            self.built_on.append(threading.current_thread())
+            if failing:
+                raise InternalError("output 'X' is malformed")
+            return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
+
+        return DeferredResponses(len(requests), build)
+
+
+def _serve_one_by_one(
+    backend: _Deferring, config: str, failing_second: bool = False, **request: Any
+) -> list[InferenceResponse]:
+    async def scenario() -> list[InferenceResponse]:
+        model = _model(backend, asyncio.get_running_loop(), config_text=config)
+        answers: list[InferenceResponse] = []
+        for index in range(3):
+            backend.failing = failing_second and index == 1
+            model.submit(_request(answers, **request))
+            deadline = time.monotonic() + 10
+            while len(answers) <= index:
+                assert time.monotonic() < deadline, f"request {index} was not answered"
+                await asyncio.sleep(0.001)
+        await model.stop(5.0)
+        return answers
+
+    return asyncio.run(scenario())
+
+
+def test_deferred_responses_are_built_on_the_loop() -> None:
+    backend = _Deferring()
+    answers = _serve_one_by_one(backend, CONFIG, failing_second=True)
+    loop_thread = threading.current_thread()  # asyncio.run's loop runs on this thread
+    assert len(backend.executed_on) == 3
+    assert all(thread is not loop_thread for thread in backend.executed_on)
+    assert backend.built_on == [loop_thread] * 3
+    # A build that fails fails its batch with its error; the model serves on.
+    assert [a.error is None for a in answers] == [True, False, True]
+    assert "output 'X' is malformed" in str(answers[1].error)
+    assert answers[2].outputs[0].data.tolist() == [1.0]
+
+
+def test_deferred_responses_a_sequence_scheduler_reads_are_built_on_the_thread() -> None:
+    backend = _Deferring()
+    answers = _serve_one_by_one(
+        backend, SEQUENCE_CONFIG, failing_second=True, correlation_id=7, flags=SEQUENCE_START
+    )
+    assert backend.built_on == backend.executed_on
+    assert all(thread is not threading.current_thread() for thread in backend.built_on)
+    assert [a.error is None for a in answers] == [True, False, True]
+    assert "output 'X' is malformed" in str(answers[1].error)

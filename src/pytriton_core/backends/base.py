@@ -128,6 +128,41 @@ Finished = Callable[[Sequence[InferenceResponse | None] | ServerError], None]
 LoopExecution = tuple[Sequence[InferenceRequest], ComputeTiming, Finished]
 
 
+class DeferredResponses(Sequence[InferenceResponse | None]):
+    """What ``execute`` may return once its batch has run, in place of the responses:
+    ``finish()`` builds them from the batch's outputs (the framework backends' scatter,
+    backends/batching.py).
+
+    Why: an instance's worker thread hands every batch's outcome to the event loop, which
+    is woken for it anyway; the core calls ``finish`` there, so the thread goes straight
+    on to the next batch while the framework would otherwise wait (docs/architecture.md,
+    "Where a batch's responses are built"). Read as a sequence (a test, a warm-up, a
+    caller that ran the batch on its own thread) it finishes on first use. ``finish``
+    raises the ServerError that fails the whole batch where the outputs are malformed.
+    """
+
+    __slots__ = ("_build", "_built", "_count")
+
+    def __init__(self, count: int, build: Callable[[], list[InferenceResponse]]) -> None:
+        self._count = count
+        self._build: Callable[[], list[InferenceResponse]] | None = build
+        self._built: list[InferenceResponse] = []
+
+    def finish(self) -> list[InferenceResponse]:
+        """The responses, built on the first call (the outputs are let go then)."""
+        build = self._build
+        if build is not None:
+            self._build = None
+            self._built = build()
+        return self._built
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # (Sequence's overloads)
+        return self.finish()[index]
+
+
 class BackendInstance(abc.ABC):
     @abc.abstractmethod
     def execute(
@@ -138,7 +173,8 @@ class BackendInstance(abc.ABC):
         An entry is that request's final response, or None when the request is (or will
         be) answered through ``request.send_threadsafe`` (decoupled models). Call
         ``timing.mark_input_done()`` / ``mark_infer_done()`` between the stages.
-        Raising fails every request of the batch.
+        Raising fails every request of the batch. A ``DeferredResponses`` may stand for
+        the entries: the core builds them on the event loop.
         """
 
     def begin(self, executions: Sequence[LoopExecution]) -> None:

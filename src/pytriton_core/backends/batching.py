@@ -10,7 +10,10 @@ A framework backend's ``execute`` gets a list of requests (the dynamic batcher m
 2. run: the backend's ``run(batch)`` calls the framework once and returns its outputs as
    numpy arrays with the batch dimension first;
 3. scatter: ``scatter_batch`` cuts each output into per-request views (no copy), and each
-   request gets a response with the outputs it asked for.
+   request gets a response with the outputs it asked for. On the host this is deferred
+   (``DeferredResponses``): the core runs it on the event loop, so the instance's thread
+   goes back to the framework at once (docs/architecture.md, "Where a batch's responses
+   are built").
 
 Models without a batch dimension (``max_batch_size: 0``) run once per request. A failure
 in ``run`` (or a malformed output, named in the message) fails every request of that call.
@@ -24,6 +27,7 @@ wants in a shared-memory region), scattered into per-request device views.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,7 +35,7 @@ import numpy as np
 
 from pytriton_core import types
 from pytriton_core._native.batching import BufferPool, gather_batch, scatter_batch
-from pytriton_core.backends.base import ModelLocation
+from pytriton_core.backends.base import DeferredResponses, ModelLocation
 from pytriton_core.config.spec import ModelSpec, TensorSpec
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
@@ -120,28 +124,35 @@ class BatchRunner:
 
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming, run: RunBatch
-    ) -> list[InferenceResponse]:
+    ) -> Sequence[InferenceResponse | None]:
         """Run ``requests`` through ``run``: once, or once per request without batching.
 
         When the one framework call of a batch fails, this raises (a ServerError), so the
         core fails the whole execution; when one of several per-request calls fails, only
-        that request gets an error response.
+        that request gets an error response. The responses of one call on the host are
+        deferred (``DeferredResponses``): the scatter runs where the core finishes them.
         """
         if self.spec.batching or len(requests) == 1:
-            return self._execute_group(requests, timing, run, first=True, last=True)
+            batch, outputs = self._run_group(requests, timing, run, first=True, last=True)
+            if self._device_id is not None:  # (device views: scattered on this thread)
+                return self._scattered(batch, outputs)
+            # What the scatter reads, without the gathered inputs (back to the pool now).
+            scattered = Batch(batch.requests, batch.sizes, {}, batch.output_names)
+            return DeferredResponses(
+                len(requests), functools.partial(self._scattered, scattered, outputs)
+            )
         responses: list[InferenceResponse] = []
         for index, request in enumerate(requests):
             try:
-                responses.extend(
-                    self._execute_group(
-                        [request], timing, run, first=index == 0, last=index == len(requests) - 1
-                    )
+                batch, outputs = self._run_group(
+                    [request], timing, run, first=index == 0, last=index == len(requests) - 1
                 )
+                responses.extend(self._scattered(batch, outputs))
             except ServerError as exc:
                 responses.extend(failed_responses([request], exc))
         return responses
 
-    def _execute_group(
+    def _run_group(
         self,
         requests: Sequence[InferenceRequest],
         timing: ComputeTiming,
@@ -149,7 +160,8 @@ class BatchRunner:
         *,
         first: bool,
         last: bool,
-    ) -> list[InferenceResponse]:
+    ) -> tuple[Batch, Mapping[str, _Array]]:
+        """Gather and run ``requests`` as one call of the framework."""
         try:
             batch = self.gather(requests)
             if first:
@@ -158,13 +170,25 @@ class BatchRunner:
             outputs = run(batch) if batch.output_names else {}
             if last:
                 timing.mark_infer_done()
+        except ServerError:
+            raise
+        except Exception as exc:
+            raise self._failed(exc) from exc
+        return batch, outputs
+
+    def _scattered(self, batch: Batch, outputs: Mapping[str, _Array]) -> list[InferenceResponse]:
+        """``scatter``, its failures worded as the run's."""
+        try:
             return self.scatter(batch, outputs)
         except ServerError:
             raise
         except Exception as exc:
-            raise InternalError(
-                f"failed to run model '{self._model_name}': {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: Exception) -> InternalError:
+        return InternalError(
+            f"failed to run model '{self._model_name}': {type(exc).__name__}: {exc}"
+        )
 
     def gather(self, requests: Sequence[InferenceRequest]) -> Batch:
         """The batch's inputs, concatenated along the batch dimension by name."""

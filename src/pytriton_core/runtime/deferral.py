@@ -4,7 +4,7 @@ gets anyway.
 A BLS call that executes on its caller's thread (``Model.execute_direct``) has statistics
 to count on the loop. Scheduling each at once would wake the loop (and contend for the
 GIL) in the middle of the caller's execution, as the hand-offs it saves did. Instead, while
-a model instance's worker thread runs a batch (``collect``), such work is kept for that
+a model instance's worker thread runs a batch (``start`` to ``stop``), such work is kept for that
 thread and runs on the loop just before the batch's own outcome (``ModelInstance``), so
 it is counted before the caller's responses are delivered. On any other thread (one a
 model started itself) it is scheduled at once.
@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 
 class LoopDeferral:
     def __init__(self) -> None:
         self._local = threading.local()
 
-    @contextmanager
-    def collect(self) -> Iterator[list[Callable[[], object]]]:
-        """Keep what this thread defers inside the block in the yielded list (for the
-        caller to run on the loop afterwards)."""
+    def start(self) -> list[Callable[[], object]]:
+        """Keep what this thread defers from now until ``stop`` in the returned list (for
+        the caller to run on the loop afterwards). (Two calls, not a context manager: an
+        instance's thread makes them around every batch.)"""
         pending: list[Callable[[], object]] = []
         self._local.pending = pending
-        try:
-            yield pending
-        finally:
-            self._local.pending = None
+        return pending
+
+    def stop(self) -> None:
+        """Defer at once again (``start``'s list keeps what was deferred)."""
+        self._local.pending = None
 
     def defer(
         self, schedule: Callable[..., object], work: Callable[..., object], *args: object

@@ -37,7 +37,7 @@ cdef class ModelInstance:
     cpdef void execute_inline(self, list batch) except *
     cpdef tuple execute_claimed(self, list batch)
     @cython.locals(timing=ComputeTiming)
-    cdef tuple _execute(self, object backend_instance, list batch)
+    cdef tuple _execute(self, object backend_instance, list batch, bint defer=*)
     @cython.locals(timing=ComputeTiming)
     cdef ComputeTiming _started(self, list batch)
     @cython.locals(short=bint)

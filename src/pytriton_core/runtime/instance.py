@@ -36,7 +36,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from pytriton_core import clock
-from pytriton_core.backends.base import BackendInstance, BackendModel, InstanceSpec, LoopExecution
+from pytriton_core.backends.base import (
+    BackendInstance,
+    BackendModel,
+    DeferredResponses,
+    InstanceSpec,
+    LoopExecution,
+)
 from pytriton_core.errors import InternalError, ServerError
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -233,14 +239,22 @@ class ModelInstance:
         self._backend_instance = backend_instance
         scheduler = self._scheduler
         rate_limit = self._rate_limit
+        deferral = self._deferral
+        # Responses a backend defers are built on the loop, unless the scheduler reads them.
+        defer = not scheduler.reads_responses
         while (batch := scheduler.next_batch(self.index)) is not None:
             if rate_limit is not None:
                 rate_limit.acquire()  # the wait counts as queueing, as in Triton
-            with self._deferral.collect() as deferred, self._executing:
-                # (the lock waits while a claimed execution elsewhere finishes)
-                outcome = self._execute(backend_instance, batch)
-            if deferred:  # counted before this batch's responses leave
-                self._schedule_on_loop(self._deferred_then_done, deferred, batch, outcome)
+            deferred = deferral.start()
+            try:
+                with self._executing:  # (waits while a claimed execution elsewhere finishes)
+                    outcome = self._execute(backend_instance, batch, defer)
+            finally:
+                deferral.stop()
+            if deferred or type(outcome[0]) is DeferredResponses:
+                # BLS work counted before this batch's responses leave; deferred responses
+                # built on the loop (backends/base.py, ``DeferredResponses``).
+                self._schedule_on_loop(self._finish_on_loop, deferred, batch, outcome)
             else:
                 self._schedule_on_loop(self._on_batch_done, batch, *outcome)
             # Keep nothing of a finished batch while waiting for the next one: its inputs
@@ -248,14 +262,17 @@ class ModelInstance:
             # mapped (the leak check, tests/integration/leaks.py, found the outcome kept).
             del batch, outcome, deferred
 
-    def _deferred_then_done(
+    def _finish_on_loop(
         self,
         deferred: list[Callable[[], object]],
         batch: list[InferenceRequest],
         outcome: BatchOutcome,
     ) -> None:
         run_all(deferred)
-        self._on_batch_done(batch, *outcome)
+        responses, timing, retained = outcome
+        if type(responses) is DeferredResponses:
+            responses = _finished_responses(responses, self.spec.name)
+        self._on_batch_done(batch, responses, timing, retained)
 
     def begin_claimed(self, batches: list[list[InferenceRequest]]) -> None:
         """Start ``batches`` from the event loop (a ``loop_dispatch`` backend), handed over
@@ -338,14 +355,19 @@ class ModelInstance:
         return timing
 
     def _execute(
-        self, backend_instance: BackendInstance, batch: list[InferenceRequest]
+        self, backend_instance: BackendInstance, batch: list[InferenceRequest], defer: bool = False
     ) -> BatchOutcome:
-        """Run one batch; its outcome is what ``on_batch_done`` takes after the batch."""
+        """Run one batch; its outcome is what ``on_batch_done`` takes after the batch.
+        ``defer``: responses the backend defers stay a ``DeferredResponses`` (for the
+        loop to finish, ``_finish_on_loop``); else they are built here."""
         timing = self._started(batch)
         responses: Sequence[InferenceResponse | None] | ServerError
         try:
             responses = backend_instance.execute(batch, timing)
-            if len(responses) != len(batch):  # (``_checked``: a backend returns a list)
+            if type(responses) is DeferredResponses:
+                if not defer:
+                    responses = responses.finish()
+            elif len(responses) != len(batch):  # (``_checked``: a backend returns a list)
                 responses = _miscounted(responses, batch)
         except ServerError as exc:
             responses = exc
@@ -385,6 +407,19 @@ class ModelInstance:
         if self._rate_limit is not None:  # after completed: requests it re-queued are work too
             self._rate_limit.release(more_work=self._scheduler.pending_count() > 0)
         return responses, timing, retained
+
+
+def _finished_responses(
+    deferred: DeferredResponses, instance: str
+) -> Sequence[InferenceResponse | None] | ServerError:
+    """A deferred batch's responses, or the error that fails the batch (on the loop)."""
+    try:
+        return deferred.finish()
+    except ServerError as exc:
+        return exc
+    except Exception as exc:
+        log.exception("building the responses failed on instance %s", instance)
+        return InternalError(f"{type(exc).__name__}: {exc}")
 
 
 def _checked(

@@ -77,6 +77,10 @@ class Scheduler(abc.ABC):
     # (``hold``/``take_held``): models whose executions start and finish on the loop
     # (``BackendModel.loop_dispatch``) then need no instance thread on a request's path.
     holds_for_loop: bool = False
+    # True when ``completed`` reads the batch's responses (the sequence batcher keeps the
+    # implicit state they carry): they are then built on the instance's thread before it,
+    # never left to the event loop (backends/base.py, ``DeferredResponses``).
+    reads_responses: bool = False
     # False once the server is exiting (``stop_accepting``).
     accepting = True
     # Triton's dynamic batcher names the request in its enqueue errors; the sequence

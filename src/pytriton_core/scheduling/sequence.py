@@ -105,6 +105,7 @@ def _in_sequence(correlation_id: CorrelationId) -> bool:
 
 class SequenceBatchScheduler(Scheduler):
     enqueue_errors_name_request = False
+    reads_responses = True  # ``completed`` keeps the implicit state the responses carry
 
     def __init__(self, spec: ModelSpec, reject: RejectRequest, model_dir: Path | None) -> None:
         sequence = spec.sequence_batching
