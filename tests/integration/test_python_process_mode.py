@@ -444,20 +444,23 @@ def _worker_pid(server: ServerHandle) -> int:
     return worker
 
 
-def _sleeps_per_request(server: ServerHandle, requests: int, pid: int | None = None) -> float:
-    """The sleeps per lone request of the server's loop, or of process ``pid``."""
+def _sleeps_per_request(
+    server: ServerHandle, requests: int, pids: list[int] | None = None
+) -> float:
+    """The sleeps per lone request of the server's loop, or of processes ``pids`` (their
+    main threads together)."""
     values = np.arange(4, dtype=np.float32)
     with httpclient.InferenceServerClient(server.http_url) as client:
         tensor = httpclient.InferInput("IN", [4], "FP32")
         tensor.set_data_from_numpy(values)
         for _ in range(20):  # the connection and the worker warm
             client.infer("polled", [tensor])
-        watched = server.process.pid if pid is None else pid
-        before = _sleeps(watched)
+        watched = [server.process.pid] if pids is None else pids
+        before = sum(_sleeps(pid) for pid in watched)
         for _ in range(requests):
             result = client.infer("polled", [tensor]).as_numpy("OUT")
             assert result is not None and result.tolist() == (values + 1).tolist()
-        return (_sleeps(watched) - before) / requests
+        return (sum(_sleeps(pid) for pid in watched) - before) / requests
 
 
 def test_the_loop_polls_while_a_worker_process_answers(tmp_path: Path) -> None:
@@ -489,10 +492,56 @@ def test_a_worker_polls_for_its_next_bundle(tmp_path: Path) -> None:
         )
         write_python_model(tmp_path / window, "polled", config, POLLED_MODEL)
         with run_pytriton_server(tmp_path / window) as handle:
-            figures[window] = _sleeps_per_request(handle, 200, _worker_pid(handle))
+            figures[window] = _sleeps_per_request(handle, 200, [_worker_pid(handle)])
     print("worker sleeps per request, by PROCESS_POLL_MICROSECONDS:", figures)
     assert figures["0"] > 0.9, figures
     assert figures["5000"] < 0.3, figures
+
+
+HELD_MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        values = [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() for r in requests]
+        if values[0][0] < 0:  # a request that stays in flight a while
+            time.sleep(4)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", v + 1)]) for v in values]
+"""
+
+
+def test_a_worker_polls_only_while_its_bundle_is_all_the_model_has_in_flight(
+    tmp_path: Path,
+) -> None:
+    # Polling pays for a lone client; with other requests of the model in flight the next
+    # bundle comes after their answers, and the worker's looks would take the cores the
+    # client and the loop need (c4: 10,581 against 11,880/s without polling). Two
+    # instances: one holds a request for a while, and the other's lone requests meanwhile
+    # are not alone in the model, so its worker sleeps between them; before and after, it
+    # polls (a window longer than the client's turn: no sleeps).
+    config = POLLED_CONFIG.replace(
+        'value { string_value: "process" } }',
+        'value { string_value: "process" } }\nparameters { key: "PROCESS_POLL_MICROSECONDS" '
+        'value { string_value: "5000" } }\ninstance_group [ { count: 2, kind: KIND_CPU } ]',
+    )
+    write_python_model(tmp_path, "polled", config, HELD_MODEL)
+    with run_pytriton_server(tmp_path) as handle:
+        server_pid = handle.process.pid
+        workers = [pid for pid in procstats.process_tree(server_pid) if pid != server_pid]
+        assert len(workers) == 2
+
+        alone = _sleeps_per_request(handle, 100, workers)
+        with httpclient.InferenceServerClient(handle.http_url, concurrency=2) as client:
+            held = httpclient.InferInput("IN", [4], "FP32")
+            held.set_data_from_numpy(np.full(4, -1.0, np.float32))
+            pending = client.async_infer("polled", [held])
+            time.sleep(0.5)  # the held request is executing on one instance
+            beside = _sleeps_per_request(handle, 100, workers)
+            assert pending.get_result().as_numpy("OUT").tolist() == [0.0] * 4
+    print("worker sleeps per request, alone / beside a held request:", alone, beside)
+    assert alone < 0.3, (alone, beside)
+    assert beside > 0.9, (alone, beside)
 
 
 def test_a_poll_window_that_is_not_a_number_fails_the_load(tmp_path: Path) -> None:

@@ -147,7 +147,7 @@ class _OnLoop(BackendModel, BackendInstance):
     ) -> Sequence[InferenceResponse | None]:
         raise AssertionError("batches start on the loop")
 
-    def begin(self, executions: Sequence[LoopExecution]) -> None:
+    def begin(self, executions: Sequence[LoopExecution], alone: bool = False) -> None:
         for _requests, timing, _finished in executions:
             timing.mark_input_done()
         self.begun.append(executions)

@@ -177,7 +177,7 @@ class BackendInstance(abc.ABC):
         the entries: the core builds them on the event loop.
         """
 
-    def begin(self, executions: Sequence[LoopExecution]) -> None:
+    def begin(self, executions: Sequence[LoopExecution], alone: bool = False) -> None:
         """Start executions from the event loop without waiting for them (only where the
         model's ``loop_dispatch`` is True), handed over together (a bundle: up to the
         model's ``loop_bundle``). Each execution's ``finished`` gets, on the loop, what
@@ -185,7 +185,10 @@ class BackendInstance(abc.ABC):
         fails every execution of the bundle at once. Up to the model's ``loop_depth``
         bundles may be begun before the first finishes: their executions run one at a
         time, in order, and finish in order. The backend may set each execution's
-        ``timing.infer_end_ns`` (when its execution ended) before calling ``finished``."""
+        ``timing.infer_end_ns`` (when its execution ended) before calling ``finished``.
+        ``alone``: the bundle holds every request of the model in flight, so the next one
+        will come after its answer (a lone client's turn), and waiting for it actively may
+        pay (process mode's worker polls only then)."""
         raise NotImplementedError(f"{type(self).__name__} cannot start batches on the loop")
 
     def finalize(self) -> None:  # noqa: B027 - optional hook

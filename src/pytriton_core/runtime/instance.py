@@ -274,11 +274,12 @@ class ModelInstance:
             responses = _finished_responses(responses, self.spec.name)
         self._on_batch_done(batch, responses, timing, retained)
 
-    def begin_claimed(self, batches: list[list[InferenceRequest]]) -> None:
+    def begin_claimed(self, batches: list[list[InferenceRequest]], alone: bool = False) -> None:
         """Start ``batches`` from the event loop (a ``loop_dispatch`` backend), handed over
         together, without waiting: each one's outcome goes to ``on_batch_done`` on the loop
         once the backend reports it. The instance must be claimed; the claim is released
-        when the last batch in flight finishes."""
+        when the last batch in flight finishes. ``alone``: they are all the model has in
+        flight (``BackendInstance.begin``)."""
         backend_instance = self._backend_instance
         assert backend_instance is not None
         begun = self._begun
@@ -292,7 +293,7 @@ class ModelInstance:
         # The oldest execution in flight is the one executing (``_started`` named the last).
         self._running_batch = (begun[0][1].start_ns, begun[0][0])
         try:
-            backend_instance.begin(executions)
+            backend_instance.begin(executions, alone)
         except ServerError as exc:
             for _batch, _timing, finished in executions:
                 finished(exc)

@@ -377,7 +377,9 @@ class Model:
                 if not batches:
                     instance.release()
                     return
-                instance.begin_claimed(batches)
+                # Alone: nothing else of the model in flight (its worker may poll for the
+                # next one, docs/architecture.md "Between requests").
+                instance.begin_claimed(batches, self._in_flight == len(batches))
         finally:
             self._dispatching = False
 

@@ -545,7 +545,7 @@ class ProcessInstance(BackendInstance):
             raise outcome
         return outcome
 
-    def begin(self, executions: Sequence[LoopExecution]) -> None:
+    def begin(self, executions: Sequence[LoopExecution], alone: bool = False) -> None:
         """Send the bundle from the loop, in one message; the loop reads the worker's
         answer to all of it when it comes (``_on_answer``), so neither waits on the other.
         With a bundle in flight already (``loop_depth``), this one waits in the worker's
@@ -579,6 +579,7 @@ class ProcessInstance(BackendInstance):
             "executions": batches,
             "slot": slot,
             "arena_size": worker.inputs[slot].size,
+            "alone": alone,
         }  # as ``_execute_message``, without the call
         try:
             worker.channel.send(message, fds)
@@ -691,6 +692,9 @@ def _execute_message(worker: _Worker, batches: list[list[BatchItem]], slot: int)
         "executions": batches,
         "slot": slot,
         "arena_size": worker.inputs[slot].size,
+        # From the instance's thread (a batching scheduler, a decoupled model), which does
+        # not know what else is in flight: the worker polls after every such bundle.
+        "alone": True,
     }
 
 

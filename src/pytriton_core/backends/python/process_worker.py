@@ -121,9 +121,10 @@ class _Worker:
         threading.Thread(target=self._read, name="worker-reader", daemon=True).start()
         threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True).start()
         poll_ns = int(init["poll_us"] * 1000)
+        self._alone = False  # the last bundle held all its model had in flight
         while True:
             try:
-                if poll_ns:
+                if poll_ns and self._alone:
                     self._poll(poll_ns)
                 message, fds = self._channel.recv()
             except ChannelClosed:
@@ -137,9 +138,13 @@ class _Worker:
         """Look for the next bundle for up to ``window_ns`` before ``recv`` sleeps on the
         socket: a next request that comes soon finds this process awake, where waking it
         would cost the request the kernel's wake-up and cold caches (lone requests: about
-        half again as many per second). Between looks the process yields its core (and the
+        twice as many per second). Between looks the process yields its core (and the
         GIL, to its reader and heartbeat threads), so that the client and the server,
-        sharing the cores, run first; an idle worker polls once, then sleeps."""
+        sharing the cores, run first; an idle worker polls once, then sleeps. Only after a
+        bundle the server sent ``alone`` (all its model had in flight): with other
+        requests in flight the next bundle comes after their answers, and the looks only
+        took the cores the client and the server's loop needed (c4: 10,581 against 11,880
+        requests/s without them)."""
         channel = self._channel
         if channel.buffered():
             return
@@ -203,6 +208,7 @@ class _Worker:
         """One bundle: its executions run in turn, each on its own (one failing does not
         fail the others), and one answer carries the outcomes of all."""
         slot = message["slot"]
+        self._alone = message["alone"]
         if fds:  # the server made the slot's arena, or grew it
             arena = Arena(fds[0], message["arena_size"])
             if slot == len(self._inputs):
