@@ -248,7 +248,7 @@ class Arena:
     def close(self) -> None:
         if self.fd < 0:  # closed already
             return
-        del self._memory  # the mapping goes with its last view
+        self._memory = None  # type: ignore[assignment]  # the mapping goes with its last view
         os.close(self.fd)
         self.fd = -1
 
