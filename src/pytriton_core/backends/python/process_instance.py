@@ -520,7 +520,7 @@ class ProcessInstance(BackendInstance):
             raise UnavailableError(
                 f"model instance '{self._spec.name}': its worker process is restarting"
             )
-        (batch,), fds = self._place(worker, [requests], 0)
+        (batch,), fds, self._next_key = _place(worker, [requests], 0, self._next_key)
         if self._model.decoupled:
             with worker.lock:
                 for item, request in zip(batch, requests, strict=True):
@@ -563,7 +563,9 @@ class ProcessInstance(BackendInstance):
             loop.add_reader(worker.channel.fileno(), self._on_answer, worker)
         pending = worker.pending
         slot = 1 - pending[0][1] if pending else 0  # the one the bundle in flight leaves
-        batches, fds = self._place(worker, [execution[0] for execution in executions], slot)
+        batches, fds, self._next_key = _place(
+            worker, [execution[0] for execution in executions], slot, self._next_key
+        )
         send_event = worker.events.send
         placed_ns = clock.now_ns()  # the inputs are placed; the worker's times follow
         # Plain zips (of lists ``_place`` made one for one): ``strict=`` is a keyword call.
@@ -637,53 +639,55 @@ class ProcessInstance(BackendInstance):
             # looks again shortly rather than wait for it (other models keep being served).
             _fail_once_reported(worker, stranded, clock.now_s() + _DEATH_REPORT_S)
 
-    def _place(
-        self, worker: _Worker, batches: Sequence[Sequence[InferenceRequest]], slot: int
-    ) -> tuple[list[list[BatchItem]], list[int]]:
-        """Write the bundle's inputs into the arena of ``slot`` (made, or grown, first if
-        they do not fit); per batch, its items: each request's header, key and input
-        tensors' places. The bundle that used the slot last has been answered: its worker
-        is done with its inputs."""
-        # Two plain loops (each bundle comes here): the tensors' places, then, once the
-        # arena is large enough, their copies.
-        placed = []
-        end = 0
-        for requests in batches:
-            for request in requests:
-                for tensor in request.inputs.values():
-                    data, nbytes = Arena.encoded(tensor)
-                    placed.append((end, tensor, data, nbytes))
-                    end = (end + nbytes + ALIGN - 1) // ALIGN * ALIGN  # ``aligned``, inline
-        fds: list[int] = []
-        arenas = worker.inputs
-        if slot == len(arenas):
-            arenas.append(Arena.create(end))
-            fds = [arenas[slot].fd]
-        elif end > arenas[slot].size:
-            grown = Arena.create(max(end, arenas[slot].size * 2))
-            arenas[slot].close()
-            arenas[slot] = grown
-            fds = [grown.fd]
-        write = arenas[slot].write
-        items = []
-        position = 0
-        for requests in batches:
-            batch = []
-            for request in requests:
-                refs = []
-                for _name in request.inputs:  # its tensors' places, in the first loop's order
-                    offset, tensor, data, nbytes = placed[position]
-                    refs.append(write(offset, tensor, data, nbytes))
-                    position += 1
-                self._next_key += 1
-                batch.append((request_header(request), self._next_key, refs))
-            items.append(batch)
-        return items, fds
-
 
 # A bundle started on the loop (``begin``) and not answered yet: its executions and its
 # slot (which input arena holds its inputs). A plain tuple: one is made per bundle.
 _Begun = tuple[Sequence[LoopExecution], int]
+
+
+def _place(
+    worker: _Worker, batches: Sequence[Sequence[InferenceRequest]], slot: int, key: int
+) -> tuple[list[list[BatchItem]], list[int], int]:
+    """Write a bundle's inputs into the arena of ``slot`` (made, or grown, first if they do
+    not fit); per batch, its items: each request's header, key (the next after ``key``)
+    and input tensors' places; the descriptors to send with it; the last key given. The
+    bundle that used the slot last has been answered: its worker is done with its inputs.
+    (A function, typed in process_instance.pxd: every bundle comes here.)"""
+    # Two plain loops: the tensors' places, then, once the arena is large enough, their
+    # copies.
+    placed = []
+    end = 0
+    for requests in batches:
+        for request in requests:
+            for tensor in request.inputs.values():
+                data, nbytes = Arena.encoded(tensor)
+                placed.append((end, tensor, data, nbytes))
+                end = (end + nbytes + ALIGN - 1) // ALIGN * ALIGN  # ``aligned``, inline
+    fds: list[int] = []
+    arenas = worker.inputs
+    if slot == len(arenas):
+        arenas.append(Arena.create(end))
+        fds = [arenas[slot].fd]
+    elif end > arenas[slot].size:
+        grown = Arena.create(max(end, arenas[slot].size * 2))
+        arenas[slot].close()
+        arenas[slot] = grown
+        fds = [grown.fd]
+    arena = arenas[slot]
+    items = []
+    position = 0
+    for requests in batches:
+        batch = []
+        for request in requests:
+            refs = []
+            for _name in request.inputs:  # its tensors' places, in the first loop's order
+                offset, tensor, data, nbytes = placed[position]
+                refs.append(arena.write(offset, tensor, data, nbytes))
+                position += 1
+            key += 1
+            batch.append((request_header(request), key, refs))
+        items.append(batch)
+    return items, fds, key
 
 
 def _execute_message(worker: _Worker, batches: list[list[BatchItem]], slot: int) -> dict[str, Any]:
