@@ -14,7 +14,8 @@ errors alone: other keys, a key given twice, strings with escapes, BYTES, FP16 a
 inputs, integers of more than 18 digits, a number out of its datatype's range, data that does
 not fill the shape, a body past the JSON limits. What is taken is read as orjson and the
 general decode read it: numbers by their decimal value correctly rounded (Python's own
-``PyOS_string_to_double``), an integer written for a float datatype converted from its
+``PyOS_string_to_double``, or one exact operation for a short decimal: ``_short_decimal``),
+an integer written for a float datatype converted from its
 integer value (``-0`` is 0.0), FP32 as the double narrowed.
 
 The JSON limits (``--http-max-json-depth``, ``--http-max-json-elements``) are counted as
@@ -25,7 +26,7 @@ cimport numpy as cnp
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.object cimport PyObject
 from libc.math cimport isinf
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 cnp.import_array()
@@ -277,6 +278,76 @@ cdef inline bint _integer_value(const unsigned char* text, Py_ssize_t length,
     return True
 
 
+# The powers of ten a double holds exactly (10^22 is the last: 5^22 < 2^53).
+cdef double _EXACT_POWERS[23]
+cdef double _power = 1.0
+for _i in range(23):
+    _EXACT_POWERS[_i] = _power
+    _power *= 10.0  # exact: each is an integer below 2^53 times a power of two
+
+
+cdef inline bint _short_decimal(const unsigned char* text, Py_ssize_t length,
+                                double* value) noexcept nogil:
+    """A number token (checked by ``_number``) of at most 15 significant digits and a
+    decimal exponent within 22 of them: its value, correctly rounded, with one exact
+    multiplication or division (both operands are exact doubles, so IEEE rounds the
+    one result as a correctly rounding parser does: Clinger's fast path). False for any
+    other, which ``PyOS_string_to_double`` reads. Most numbers people and programs write
+    (``0.25``, ``1.5e-3``) are such; a float32 written with 17 digits is not."""
+    cdef Py_ssize_t i = 0
+    cdef bint negative = False, exponent_negative = False
+    cdef uint64_t mantissa = 0
+    cdef int digits = 0, scale = 0, exponent = 0, exponent_digits = 0
+    cdef unsigned char c
+    if text[0] == c'-':
+        negative = True
+        i = 1
+    while i < length:
+        c = text[i]
+        if c == c'.':
+            i += 1
+            while i < length and c'0' <= text[i] <= c'9':
+                if mantissa or text[i] != c'0':
+                    digits += 1
+                mantissa = mantissa * 10 + (text[i] - c'0')
+                scale -= 1
+                if digits > 15:
+                    return False
+                i += 1
+            continue
+        if c == c'e' or c == c'E':
+            i += 1
+            if text[i] == c'-':
+                exponent_negative = True
+                i += 1
+            elif text[i] == c'+':
+                i += 1
+            while i < length:
+                exponent = exponent * 10 + (text[i] - c'0')
+                exponent_digits += 1
+                if exponent_digits > 4:
+                    return False
+                i += 1
+            break
+        if mantissa or c != c'0':
+            digits += 1
+        mantissa = mantissa * 10 + (c - c'0')
+        if digits > 15:
+            return False
+        i += 1
+    scale += -exponent if exponent_negative else exponent
+    if scale < -22 or scale > 22:
+        return False
+    value[0] = <double>mantissa
+    if scale >= 0:
+        value[0] = value[0] * _EXACT_POWERS[scale]
+    else:
+        value[0] = value[0] / _EXACT_POWERS[-scale]
+    if negative:
+        value[0] = -value[0]
+    return True
+
+
 cdef bint _skip_data(Scan* s, int depth, Py_ssize_t* leaves) noexcept nogil:
     """A ``data`` value (an array nested at most 100 deep, or one leaf), checked for JSON's
     grammar and counted; its leaves' kinds are checked when they are stored."""
@@ -349,11 +420,12 @@ cdef int _store(Scan* s, Kind kind, char* base, Py_ssize_t index) except -1:
         return True
     if (kind != K_FP32 and kind != K_FP64) or length > _MAX_NUMBER_BYTES:
         return False
-    memcpy(text, s.data + start, length)
-    text[length] = 0
-    number = PyOS_string_to_double(text, &end, NULL)
-    if end != text + length or isinf(number):  # orjson refuses what overflows a double
-        return False
+    if not _short_decimal(s.data + start, length, &number):
+        memcpy(text, s.data + start, length)
+        text[length] = 0
+        number = PyOS_string_to_double(text, &end, NULL)
+        if end != text + length or isinf(number):  # orjson refuses what overflows a double
+            return False
     if kind == K_FP32:
         (<float*>base)[index] = <float>number
     else:

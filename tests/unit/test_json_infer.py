@@ -159,6 +159,32 @@ def test_numbers_are_read_as_orjson_reads_them(datatype: str) -> None:
     _same(walked[2]["X"].data, _general_array(data_json, datatype, [len(tokens)]))
 
 
+def _short_decimal_tokens(rng: random.Random) -> list[str]:
+    """Numbers around the walk's exact fast path (at most 15 significant digits, a decimal
+    exponent within 22): inside, on, and just past each of its bounds."""
+    tokens = ["0.0", "-0.0", "0.25", "-0.5e-0", "1e22", "1e23", "1e-22", "1e-23", "0.5e1"]
+    tokens += ["123456789012345", "1234567890123456", "0.000123456789012345", "9.99999999999999e22"]
+    tokens += ["4.35", "0.3", "2.675", "1.15", "8.5e-1", "7E+0", "3.000000000000001"]
+    for _ in range(2000):
+        digits = str(rng.randint(0, 10 ** rng.randint(1, 17)))
+        point = rng.randint(0, len(digits))
+        integer, fraction = digits[:point].lstrip("0") or "0", digits[point:]
+        token = integer + (f".{fraction}" if fraction else "")
+        if rng.random() < 0.5:
+            token += f"{rng.choice('eE')}{rng.choice(['', '+', '-'])}{rng.randint(0, 30)}"
+        tokens.append(rng.choice(["", "-"]) + token)
+    return tokens
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "FP64"])
+def test_short_decimals_are_read_exactly_as_orjson_reads_them(datatype: str) -> None:
+    tokens = _short_decimal_tokens(random.Random(11))
+    data_json = "[" + ",".join(tokens) + "]"
+    walked = _walk(_body([_input("X", datatype, [len(tokens)], data_json)]))
+    assert walked is not None
+    _same(walked[2]["X"].data, _general_array(data_json, datatype, [len(tokens)]))
+
+
 X_ENTRY = '{"name":"X","datatype":"FP32","shape":[1]'
 
 
