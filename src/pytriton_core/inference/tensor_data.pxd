@@ -3,10 +3,11 @@
 cimport cython
 
 from pytriton_core.inference.request cimport InferenceRequest
+from pytriton_core.inference.tensor cimport Tensor
 from pytriton_core.types cimport DataType
 
 
-@cython.locals(datatype=DataType)
+@cython.locals(datatype=DataType, tensor=Tensor)
 cpdef void check_tensor_limits(InferenceRequest request, object limits) except *
 
 @cython.locals(datatype=DataType)

@@ -674,7 +674,10 @@ def _direct_response(
                 blobs.append(blob)
         else:
             data = _orjson_dumps(json_output_values(tensor), option=_SERIALIZE_NUMPY)
-            if b"null" in data:  # NaN or infinities (or the word in a string): see dump_document
+            # NaN or infinities (or the word in a string): see dump_document. (``find``, not
+            # ``in``: bytes' ``in`` first tries its operand as an integer, and raises and
+            # clears a TypeError for every bytes operand.)
+            if data.find(b"null") >= 0:
                 return None
             parts.append(data)
     header = response_header(decoded.request.id, model.name, str(model.version), outputs, parts)
@@ -703,7 +706,7 @@ def dump_document(document: dict[str, Any], json_entries: list[dict[str, Any]]) 
     a header with a null somewhere (rarely) has its float data checked, and is written
     again; a request's ``id`` holding the word costs that check, nothing else."""
     header = dumps_json(document, False)
-    if json_entries and b"null" in header:
+    if json_entries and header.find(b"null") >= 0:  # (``find``: see _direct_response)
         non_finite = False
         for entry in json_entries:
             entry["data"] = data = _checked_finite(entry["data"])
