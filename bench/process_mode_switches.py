@@ -41,6 +41,8 @@ from bench.servers import OURS, RunningServer, run_server
 from bench.toolbox import Toolbox, discover
 
 MODEL = "identity_proc"
+# perf_analyzer's output of the latest window (``throughput`` keeps it for a failure's report).
+_PA_LOG = Path(tempfile.gettempdir()) / "process-mode-switches-perf_analyzer.log"
 
 # One window of one build: infer/s, then per request: server switches, server µs, worker
 # switches, worker µs.
@@ -70,7 +72,7 @@ def main() -> None:
             for name, python_path in builds.items()
         }
         for server in servers.values():
-            throughput(perf, server.http_url, MODEL, 4, 1000)  # warm-up
+            throughput(perf, server.http_url, MODEL, 4, 1000, _PA_LOG)  # warm-up
         windows: dict[str, list[Window]] = {name: [] for name in servers}
         for window in range(args.windows):
             order = list(servers) if window % 2 == 0 else list(reversed(servers))
@@ -125,7 +127,7 @@ def _window(server: RunningServer, perf: Path, interval_ms: int) -> Window:
     pids = [server_pid, *workers]
     counted = server.counts(MODEL)
     before = [(procstats.context_switches(p), procstats.cpu_seconds(p)) for p in pids]
-    value = throughput(perf, server.http_url, MODEL, 4, interval_ms)
+    value = throughput(perf, server.http_url, MODEL, 4, interval_ms, _PA_LOG)
     after = [(procstats.context_switches(p), procstats.cpu_seconds(p)) for p in pids]
     now = server.counts(MODEL)
     assert counted is not None and now is not None
@@ -146,7 +148,7 @@ def _strace_window(server: RunningServer, perf: Path, interval_ms: int) -> None:
         tracer = subprocess.Popen(command, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # attached to every thread before the window starts
         counted = server.counts(MODEL)
-        value = throughput(perf, server.http_url, MODEL, 4, interval_ms)
+        value = throughput(perf, server.http_url, MODEL, 4, interval_ms, _PA_LOG)
         now = server.counts(MODEL)
         tracer.send_signal(signal.SIGINT)
         tracer.wait(60)
