@@ -42,3 +42,5 @@ cdef class ModelInstance:
     cdef ComputeTiming _started(self, list batch)
     @cython.locals(short=bint)
     cdef tuple _settled(self, list batch, ComputeTiming timing, object responses)
+    @cython.locals(timing=ComputeTiming)
+    cdef void _next_executing(self, ComputeTiming previous) except *
