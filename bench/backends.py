@@ -9,7 +9,8 @@ OpenVINO backend, another intra-op thread count, longer windows, other concurren
 ``python -m bench`` has the ONNX and TorchScript rows in its default preset (``--scenarios
 mlp`` runs only them), measured the same way: the MLP of bench.frameworks served by
 pytriton-core alone with dynamic batching on, perf_analyzer over HTTP with batch-1 requests
-(the median of ``--windows`` runs), and raw = the framework in a plain loop in this process at
+of standard normal numbers (``--input-data``, bench/frameworks.py: not its random bytes) (the
+median of ``--windows`` runs), and raw = the framework in a plain loop in this process at
 the batch sizes the server formed (its statistics, ``batch_stats``), weighted as the server
 ran them.
 
