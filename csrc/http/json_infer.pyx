@@ -295,46 +295,39 @@ cdef inline bint _short_decimal(const unsigned char* text, Py_ssize_t length,
     other, which ``PyOS_string_to_double`` reads. Most numbers people and programs write
     (``0.25``, ``1.5e-3``) are such; a float32 written with 17 digits is not."""
     cdef Py_ssize_t i = 0
-    cdef bint negative = False, exponent_negative = False
+    cdef bint negative = False, fraction = False, exponent_negative = False
     cdef uint64_t mantissa = 0
     cdef int digits = 0, scale = 0, exponent = 0, exponent_digits = 0
     cdef unsigned char c
     if text[0] == c'-':
         negative = True
         i = 1
-    while i < length:
+    while i < length:  # the significand: digits, at most one dot among them
         c = text[i]
+        if c == c'e' or c == c'E':
+            break
         if c == c'.':
-            i += 1
-            while i < length and c'0' <= text[i] <= c'9':
-                if mantissa or text[i] != c'0':
-                    digits += 1
-                mantissa = mantissa * 10 + (text[i] - c'0')
-                scale -= 1
+            fraction = True
+        else:
+            if mantissa or c != c'0':  # (leading zeros are not significant)
+                digits += 1
                 if digits > 15:
                     return False
-                i += 1
-            continue
-        if c == c'e' or c == c'E':
-            i += 1
-            if text[i] == c'-':
-                exponent_negative = True
-                i += 1
-            elif text[i] == c'+':
-                i += 1
-            while i < length:
-                exponent = exponent * 10 + (text[i] - c'0')
-                exponent_digits += 1
-                if exponent_digits > 4:
-                    return False
-                i += 1
-            break
-        if mantissa or c != c'0':
-            digits += 1
-        mantissa = mantissa * 10 + (c - c'0')
-        if digits > 15:
-            return False
+            mantissa = mantissa * 10 + (c - c'0')
+            if fraction:
+                scale -= 1
         i += 1
+    if i < length:  # the exponent
+        i += 1
+        if text[i] == c'-' or text[i] == c'+':
+            exponent_negative = text[i] == c'-'
+            i += 1
+        while i < length:
+            exponent = exponent * 10 + (text[i] - c'0')
+            exponent_digits += 1
+            if exponent_digits > 4:
+                return False
+            i += 1
     scale += -exponent if exponent_negative else exponent
     if scale < -22 or scale > 22:
         return False

@@ -150,15 +150,6 @@ def _number_tokens(rng: random.Random) -> list[str]:
     return tokens
 
 
-@pytest.mark.parametrize("datatype", ["FP32", "FP64"])
-def test_numbers_are_read_as_orjson_reads_them(datatype: str) -> None:
-    tokens = _number_tokens(random.Random(7))
-    data_json = "[" + ",".join(tokens) + "]"
-    walked = _walk(_body([_input("X", datatype, [len(tokens)], data_json)]))
-    assert walked is not None
-    _same(walked[2]["X"].data, _general_array(data_json, datatype, [len(tokens)]))
-
-
 def _short_decimal_tokens(rng: random.Random) -> list[str]:
     """Numbers around the walk's exact fast path (at most 15 significant digits, a decimal
     exponent within 22): inside, on, and just past each of its bounds."""
@@ -177,8 +168,12 @@ def _short_decimal_tokens(rng: random.Random) -> list[str]:
 
 
 @pytest.mark.parametrize("datatype", ["FP32", "FP64"])
-def test_short_decimals_are_read_exactly_as_orjson_reads_them(datatype: str) -> None:
-    tokens = _short_decimal_tokens(random.Random(11))
+@pytest.mark.parametrize(
+    "tokens",
+    [_number_tokens(random.Random(7)), _short_decimal_tokens(random.Random(11))],
+    ids=["numbers", "short decimals around the exact fast path"],
+)
+def test_numbers_are_read_as_orjson_reads_them(datatype: str, tokens: list[str]) -> None:
     data_json = "[" + ",".join(tokens) + "]"
     walked = _walk(_body([_input("X", datatype, [len(tokens)], data_json)]))
     assert walked is not None

@@ -294,12 +294,8 @@ class ModelInstance:
         self._running_batch = (begun[0][1].start_ns, begun[0][0])
         try:
             backend_instance.begin(executions, alone)
-        except ServerError as exc:
-            for _batch, _timing, finished in executions:
-                finished(exc)
         except Exception as exc:
-            log.exception("execute failed on instance %s", self.spec.name)
-            error = InternalError(f"{type(exc).__name__}: {exc}")
+            error = _failure(exc, self.spec.name)
             for _batch, _timing, finished in executions:
                 finished(error)
 
@@ -370,11 +366,8 @@ class ModelInstance:
                     responses = responses.finish()
             elif len(responses) != len(batch):  # (``_checked``: a backend returns a list)
                 responses = _miscounted(responses, batch)
-        except ServerError as exc:
-            responses = exc
         except Exception as exc:
-            log.exception("execute failed on instance %s", self.spec.name)
-            responses = InternalError(f"{type(exc).__name__}: {exc}")
+            responses = _failure(exc, self.spec.name)
         return self._settled(batch, timing, responses)
 
     def _settled(
@@ -416,11 +409,17 @@ def _finished_responses(
     """A deferred batch's responses, or the error that fails the batch (on the loop)."""
     try:
         return deferred.finish()
-    except ServerError as exc:
-        return exc
     except Exception as exc:
-        log.exception("building the responses failed on instance %s", instance)
-        return InternalError(f"{type(exc).__name__}: {exc}")
+        return _failure(exc, instance)
+
+
+def _failure(exc: Exception, instance: str) -> ServerError:
+    """The error that fails a batch whose execution raised ``exc`` (called in its
+    ``except`` block: anything but a ServerError is logged with its traceback)."""
+    if isinstance(exc, ServerError):
+        return exc
+    log.exception("execute failed on instance %s", instance)
+    return InternalError(f"{type(exc).__name__}: {exc}")
 
 
 def _checked(

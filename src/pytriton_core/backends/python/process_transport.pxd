@@ -32,5 +32,5 @@ cdef class Arena:
 
 cpdef tuple request_header(InferenceRequest request)
 cpdef tuple response_header(InferenceResponse response)
-@cython.locals(count=Py_ssize_t, header=object)
+@cython.locals(count=Py_ssize_t)
 cpdef tuple read_responses(Arena arena, object headers, object refs, Py_ssize_t position)

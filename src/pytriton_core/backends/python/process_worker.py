@@ -121,10 +121,10 @@ class _Worker:
         threading.Thread(target=self._read, name="worker-reader", daemon=True).start()
         threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True).start()
         poll_ns = int(init["poll_us"] * 1000)
-        self._alone = False  # the last bundle held all its model had in flight
+        alone = False  # the last bundle held all its model had in flight
         while True:
             try:
-                if poll_ns and self._alone:
+                if poll_ns and alone:
                     self._poll(poll_ns)
                 message, fds = self._channel.recv()
             except ChannelClosed:
@@ -132,6 +132,7 @@ class _Worker:
             if message["kind"] == "stop":
                 break
             self._execute(instance, message, fds)
+            alone = message["alone"]
         instance.finalize()
 
     def _poll(self, window_ns: int) -> None:
@@ -208,7 +209,6 @@ class _Worker:
         """One bundle: its executions run in turn, each on its own (one failing does not
         fail the others), and one answer carries the outcomes of all."""
         slot = message["slot"]
-        self._alone = message["alone"]
         if fds:  # the server made the slot's arena, or grew it
             arena = Arena(fds[0], message["arena_size"])
             if slot == len(self._inputs):
