@@ -61,6 +61,9 @@ class Witness:
 
     ``check()`` raises if an answer was wrong, failed, or if no answer came on either
     protocol; the model named must be a FP32 identity (``write_identity_model``).
+    Entering waits for its first answer on each protocol, so its connections are open
+    before the test misbehaves (a test that fills the server's connection limit would
+    otherwise race the witness's first connect).
     """
 
     def __init__(self, server: ServerHandle, model: str = "identity", interval_s: float = 0.01):
@@ -74,6 +77,7 @@ class Witness:
 
     def __enter__(self) -> Witness:
         self._thread.start()
+        self._wait_for_answers(1)
         return self
 
     def __exit__(
@@ -114,14 +118,18 @@ class Witness:
             http.close()
             grpc.close()
 
-    def check(self, minimum: int = 1) -> None:
-        """Once it has ``minimum`` answers on each protocol (a wait, up to 60 s), stop and
-        require every answer to have been exact."""
+    def _wait_for_answers(self, minimum: int) -> None:
+        """Until ``minimum`` answers on each protocol, a failure, or 60 s."""
         deadline = time.monotonic() + 60
         while min(self.answers.values()) < minimum and not self.failures:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 break
             time.sleep(0.01)
+
+    def check(self, minimum: int = 1) -> None:
+        """Once it has ``minimum`` answers on each protocol (a wait, up to 60 s), stop and
+        require every answer to have been exact."""
+        self._wait_for_answers(minimum)
         self.stop()
         assert self.failures == [], self.failures[:5]
         assert min(self.answers.values()) >= minimum, self.answers

@@ -15,9 +15,10 @@ import http.client
 import json
 import textwrap
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ import tritonclient.http as httpclient
 from harness import ServerError as HarnessError
 from harness import ServerHandle, run_pytriton_server
 
+T = TypeVar("T")
 WARMUP = 12  # more than the executions a model shows before it may run on the loop
 
 IO_MODEL = """
@@ -178,6 +180,42 @@ def sender_config(name: str, extra: str = "") -> str:
         """)
 
 
+# A model that counts its executions in a context variable of its own: it sees one context,
+# its instance's, wherever an execution runs (the loop or the instance's thread).
+CONTEXT_MODEL = """
+import contextvars
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+EXECUTIONS = contextvars.ContextVar("executions", default=0)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        seen = EXECUTIONS.get()
+        EXECUTIONS.set(seen + 1)
+        where = threading.current_thread().name.encode()
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("SEEN", np.array([seen], dtype=np.int64)),
+                pb_utils.Tensor("WHERE", np.array([where], dtype=object)),
+            ])
+            for _ in requests
+        ]
+"""
+
+CONTEXT_CONFIG = """
+name: "context"
+backend: "python"
+max_batch_size: 0
+input [ { name: "F32", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "SEEN", data_type: TYPE_INT64, dims: [ 1 ] },
+         { name: "WHERE", data_type: TYPE_STRING, dims: [ 1 ] } ]
+"""
+
+
 THREAD_ONLY = 'parameters: { key: "EXECUTE_ON_EVENT_LOOP" value: { string_value: "no" } }'
 BATCHED = 'parameters: { key: "BATCHED_EXECUTE" value: { string_value: "yes" } }'
 
@@ -193,6 +231,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     write_model(root, "stats_b", io_config("stats_b", THREAD_ONLY), IO_MODEL)
     write_model(root, "sends_a", sender_config("sends_a"), SENDER_MODEL)
     write_model(root, "sends_b", sender_config("sends_b", THREAD_ONLY), SENDER_MODEL)
+    write_model(root, "context", CONTEXT_CONFIG, CONTEXT_MODEL)
     with run_pytriton_server(root) as handle:
         yield handle
 
@@ -333,6 +372,19 @@ def where(server: ServerHandle, model: str) -> str:
     return answer[split + 4 :].decode()  # one BYTES element: its length, then itself
 
 
+def until_inline(server: ServerHandle, model: str, attempt: Callable[[], T]) -> T:
+    """``attempt()`` again until a check right after it runs on the loop, which means the
+    attempt's requests ran there too: one execution over the inline budget (a busy machine)
+    sends the next ones to the thread for a while. Up to 60 s, then the test fails."""
+    deadline = time.monotonic() + 60
+    while True:
+        result = attempt()
+        if where(server, model) == "MainThread":
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"{model} never kept its executions on the loop")
+
+
 def test_a_lone_request_runs_on_the_loop_once_executions_are_short(server: ServerHandle) -> None:
     seen = {where(server, "fast_a") for _ in range(WARMUP * 3)}
     assert "MainThread" in seen
@@ -345,14 +397,7 @@ def test_a_lone_request_runs_on_the_loop_once_executions_are_short(server: Serve
 def test_responses_match_the_general_path_byte_for_byte(server: ServerHandle, case: str) -> None:
     for _ in range(WARMUP):
         where(server, "fast_a")
-    # A check on the loop after the case means the case ran there too: one execution over
-    # the budget (a busy machine) sends the next ones to the thread; then try again.
-    for _ in range(20):
-        fast = send(server, "fast_a", case)
-        if where(server, "fast_a") == "MainThread":
-            break
-    else:
-        pytest.fail("fast_a never kept its executions on the loop")
+    fast = until_inline(server, "fast_a", lambda: send(server, "fast_a", case))
     general = send(server, "fast_b", case)
     assert fast[0] == general[0]
     assert fast[1].replace(b"fast_a", b"fast_b") == general[1]
@@ -367,12 +412,9 @@ def test_a_default_mode_sender_answers_as_on_the_general_path(server: ServerHand
     body, headers = binary_request({"F32": io_inputs(2, 3)["F32"]}, [{"name": "O_F32"}], False)
     for _ in range(WARMUP):
         where(server, "sends_a")
-    for _ in range(20):
-        fast = post(server.http_url, "/v2/models/sends_a/infer", body, headers)
-        if where(server, "sends_a") == "MainThread":
-            break
-    else:
-        pytest.fail("sends_a never kept its executions on the loop")
+    fast = until_inline(
+        server, "sends_a", lambda: post(server.http_url, "/v2/models/sends_a/infer", body, headers)
+    )
     general = post(server.http_url, "/v2/models/sends_b/infer", body, headers)
     assert fast[0] == general[0] == 200, fast
     assert fast[1].replace(b"sends_a", b"sends_b") == general[1]
@@ -380,6 +422,26 @@ def test_a_default_mode_sender_answers_as_on_the_general_path(server: ServerHand
     answer = json.loads(fast[2])  # (outputs as JSON)
     assert answer["parameters"] == {"cancelled": False, "same": False}
     assert answer["outputs"][0]["data"] == (io_inputs(2, 3)["F32"] * 2).ravel().tolist()
+
+
+def test_a_model_sees_its_instances_context_on_the_loop_and_on_its_thread(
+    server: ServerHandle,
+) -> None:
+    """What the model sets in a context variable during one execution it reads in the next,
+    whether the two ran on the instance's thread (the first ones) or on the loop."""
+    seen: list[int] = []
+    places: set[str] = set()
+    deadline = time.monotonic() + 60
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        while len(seen) < WARMUP or "MainThread" not in places:
+            assert time.monotonic() < deadline, f"never on the loop: {places}"
+            data = httpclient.InferInput("F32", [1], "FP32")
+            data.set_data_from_numpy(np.zeros(1, np.float32))
+            result = client.infer("context", [data])
+            seen.append(int(result.as_numpy("SEEN")[0]))
+            places.add(result.as_numpy("WHERE")[0].decode().split("-")[0])
+    assert places == {"instance", "MainThread"}
+    assert seen == list(range(len(seen)))
 
 
 def counts(server: ServerHandle, model: str) -> dict[str, Any]:
@@ -403,17 +465,17 @@ def test_statistics_match_the_general_path(server: ServerHandle) -> None:
     for _ in range(WARMUP):
         for model in ("stats_a", "stats_b"):
             where(server, model)
-    # As above: a check on the loop after the cases means they ran there too.
     rounds = 0
-    while True:
+
+    def one_round() -> None:
+        nonlocal rounds
         rounds += 1
         for case in sorted(CASES):
             for model in ("stats_a", "stats_b"):
                 send(server, model, case)
         assert where(server, "stats_b").startswith("instance-")
-        if where(server, "stats_a") == "MainThread":
-            break
-        assert rounds < 20, "stats_a never kept its executions on the loop"
+
+    until_inline(server, "stats_a", one_round)
     fast, general = counts(server, "stats_a"), counts(server, "stats_b")
     assert fast == general
     # (every case but the refused output name counted: a success or a model's error)
