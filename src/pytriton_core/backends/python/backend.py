@@ -321,8 +321,6 @@ class PythonInstance(BackendInstance):
                 direct_calls=not model.decoupled,
                 refuses_thread=self._refuses_thread,
             )
-        # For an execution off the instance's thread (the loop, a BLS caller's thread).
-        self._elsewhere_bridge = None if self._bridge is None else self._bridge.on_event_loop()
         # Created in the instance's thread; an execution anywhere else runs on the loop.
         self._worker = get_ident()
         # The inline execution (on the loop) this instance executes in, if any.
@@ -334,11 +332,9 @@ class PythonInstance(BackendInstance):
         self._conversions = _Conversions(model, self)
         # Entered around every call into the model; one per instance (one worker thread).
         self._running = _running_model(location)
-        # ``_running`` and the server's bridge around ``execute``, in one block each: on
-        # the instance's thread or inside an ``InlineExecution`` (``_bridge``), or
-        # anywhere else (``_elsewhere_bridge``).
+        # ``_running`` and the server's bridge around ``execute``, in one block made once:
+        # one context the model's executions all run in, wherever they run.
         self._execute_scope = self._running.executing(self._bridge)
-        self._elsewhere_scope = self._running.executing(self._elsewhere_bridge)
         try:
             initializing = None if self._bridge is None else self._bridge.initializing()
             with self._scope("initialize", initializing):
@@ -394,28 +390,33 @@ class PythonInstance(BackendInstance):
         # Off the instance's thread, calls are refused unless they can wait by suspending
         # the execution (on the loop, inside an ``InlineExecution``).
         inline: InlineExecution | None = None
-        if get_ident() == self._worker:
-            scope = self._execute_scope
-        else:
+        elsewhere = False
+        if get_ident() != self._worker:
             inline = current_inline()
             if inline is not None:
                 self._inline = inline
-                scope = self._execute_scope
             else:
-                scope = self._elsewhere_scope
+                elsewhere = True
+        bridge = self._bridge
+        if bridge is not None:
+            bridge.on_loop = elsewhere
         # ``_scope``'s blocks, as one made once: this runs per execution.
-        with scope:
-            try:
-                result = self._python_model.execute(pb_requests)
-                if type(result) is CoroutineType and self._model.decoupled:
-                    self._run_in_background(result, requests)
-                    return None
-                return self._run(result)
-            except Exception as exc:
-                raise InternalError(self._failure(exc)) from exc
-            finally:
-                if inline is not None:
-                    self._inline = None
+        try:
+            return self._execute_scope.run(self._execute_in_scope, pb_requests, requests)
+        except Exception as exc:
+            raise InternalError(self._failure(exc)) from exc
+        finally:
+            if inline is not None:
+                self._inline = None
+
+    def _execute_in_scope(
+        self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[InferenceRequest]
+    ) -> Any:
+        result = self._python_model.execute(pb_requests)
+        if type(result) is CoroutineType and self._model.decoupled:
+            self._run_in_background(result, requests)
+            return None
+        return self._run(result)
 
     def _refuses_thread(self) -> bool:
         """Whether to refuse a call (one that needs the loop) made now from this thread:

@@ -16,8 +16,9 @@ A model that calls the server executes on the server's event loop only inside an
 target can answer at once executes it on the loop, and waiting for any other answer
 suspends the execution (``_Answers.next``) instead of blocking the loop, which has to
 deliver it. Such a model never executes plainly on the loop nor on a BLS caller's thread
-(``execute_direct`` in runtime/model.py): a bridge made for an execution there
-(``on_event_loop``) refuses every call, telling the model it moves to its thread.
+(``execute_direct`` in runtime/model.py): while an execution runs there, its instance's
+bridge refuses every call (``BlsBridge.on_loop``), telling the model it moves to its
+thread.
 """
 
 from __future__ import annotations
@@ -188,8 +189,10 @@ class BlsBridge:
     ``direct_calls``: a blocking ``exec`` may run its target on the calling thread (the
     caller is a default-mode model, whose responses leave after its batch: see
     runtime/deferral.py).
-    ``on_call``: told of every call, before it is made; ``on_loop``: the execution runs on
-    the server's event loop, so every call is refused; ``refuses_thread``: asked before a
+    ``on_call``: told of every call, before it is made; ``on_loop``: the instance's
+    execution runs on the server's event loop or a BLS caller's thread (not inside an
+    ``InlineExecution``), so every call is refused (the instance sets it per execution,
+    ``PythonInstance._call_execute``); ``refuses_thread``: asked before a
     call that needs the loop whether to refuse it, coming from this thread (a thread of
     the model's own while its execution holds the loop: see ``PythonInstance``).
     """
@@ -202,7 +205,6 @@ class BlsBridge:
         staging: StagingPool | None,
         holds_instance: bool = True,
         on_call: Callable[[], None] | None = None,
-        on_loop: bool = False,
         direct_calls: bool = False,
         refuses_thread: Callable[[], bool] | None = None,
     ) -> None:
@@ -214,7 +216,7 @@ class BlsBridge:
         self._staging = staging
         self._holds_instance = holds_instance
         self._on_call = on_call
-        self._on_loop = on_loop
+        self.on_loop = False
         # Model changes from ``initialize`` are this process's own (see ``initializing``).
         self._initializing = False
 
@@ -222,12 +224,6 @@ class BlsBridge:
         """The bridge for work that does not keep the instance busy."""
         return BlsBridge(
             self._calls, self._waits, self._caller, self._staging, False, self._on_call
-        )
-
-    def on_event_loop(self) -> BlsBridge:
-        """The bridge for an execution on the server's event loop: it refuses every call."""
-        return BlsBridge(
-            self._calls, self._waits, self._caller, self._staging, True, self._on_call, True
         )
 
     def initializing(self) -> BlsBridge:
@@ -249,7 +245,7 @@ class BlsBridge:
                 "in its instance's thread from now on (the model parameter "
                 'EXECUTE_ON_EVENT_LOOP: "no" keeps them there from the start)'
             )
-        if self._on_loop:
+        if self.on_loop:
             raise InternalError(
                 f"model '{self._caller.model[0]}' called the server from an execution "
                 "outside its instance's thread (on the server's event loop, or on the "

@@ -2,12 +2,11 @@
 (``get_model_dir``), its server's custom-metric registry (``MetricFamily``), and the server's
 bridge with the hook that runs (BLS and model management, ``pb_utils_server``).
 
-One variable rather than one each: the backend sets all three around every ``execute``
-(``pb_utils_server.ExecuteScope``), which is then one ``set`` and one ``reset`` per batch of
-a value made once per instance. Each part may still be set on its own (``model_dir_context``,
-``metric_registry_context``, ``server_context``): a copy of the current value with that part
-replaced. A context variable, so that two servers in one process, and each model's threads
-run in a copy of its context, see their own.
+One variable rather than one each: the backend runs every ``execute`` in a context made once
+per instance that holds all three (``pb_utils_server.ExecuteScope``). Each part may still
+be set on its own (``model_dir_context``, ``metric_registry_context``, ``server_context``):
+a copy of the current value with that part replaced. A context variable, so that two servers
+in one process, and each model's threads run in a copy of its context, see their own.
 """
 
 from __future__ import annotations

@@ -2,5 +2,4 @@
 # block every execute runs in.
 
 cdef class ExecuteScope:
-    cdef object _scope
-    cdef object _token
+    cdef object _context
