@@ -88,7 +88,20 @@ def bytes_elements_error(input_name: str, model_name: str, count: int, limit: in
     )
 
 
-def check_tensor_limits(request: InferenceRequest, limits: LimitOptions) -> None:
+class RequestLimits:
+    """The limits of ``LimitOptions`` every request is checked against (its tensors, its
+    JSON body), read once, as C fields (an extension type, tensor_data.pxd): a frozen
+    dataclass's attributes cost a dictionary lookup each, on every request."""
+
+    def __init__(self, limits: LimitOptions) -> None:
+        self.max_tensor_element_count = limits.max_tensor_element_count
+        self.max_bytes_elements = limits.max_bytes_elements
+        self.max_tensor_byte_size = limits.max_tensor_byte_size
+        self.http_max_json_depth = limits.http_max_json_depth
+        self.http_max_json_elements = limits.http_max_json_elements
+
+
+def check_tensor_limits(request: InferenceRequest, limits: RequestLimits) -> None:
     """Refuse an input past ``--max-tensor-byte-size``, ``--max-tensor-element-count`` or
     (for BYTES that arrived as JSON) ``--max-bytes-element-count``. The inputs are already
     decoded, within the memory their bodies took: this is the policy, not the guard."""

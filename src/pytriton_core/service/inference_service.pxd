@@ -2,13 +2,13 @@
 
 from pytriton_core.inference.request cimport InferenceRequest
 from pytriton_core.inference.response cimport InferenceResponse
-from pytriton_core.inference.tensor_data cimport check_tensor_limits
+from pytriton_core.inference.tensor_data cimport RequestLimits, check_tensor_limits
 from pytriton_core.runtime.model cimport Model
 
 
 cdef class InferenceService:
     cdef public object options
-    cdef object _limits
+    cdef readonly RequestLimits request_limits
     cdef object _peers_ready
     cdef object _peers
     cdef object _manager

@@ -28,7 +28,7 @@ from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.statistics import ModelStatistics
 from pytriton_core.inference.tensor import Tensor
-from pytriton_core.inference.tensor_data import check_tensor_limits
+from pytriton_core.inference.tensor_data import RequestLimits, check_tensor_limits
 from pytriton_core.logging_settings import LogControl
 from pytriton_core.memory import SharedMemoryManager, ShmOutput, ShmReference
 from pytriton_core.options import ModelControlMode, ServerOptions
@@ -102,7 +102,7 @@ class InferenceService:
         peers: PeerReplication | None = None,
     ) -> None:
         self.options = options
-        self._limits = options.limits  # (read for every request)
+        self.request_limits = RequestLimits(options.limits)  # (read for every request)
         # --workers N: whether every other worker is serving too (None: one process).
         self._peers_ready = peers_ready
         self._peers = peers
@@ -216,7 +216,7 @@ class InferenceService:
         ``request.trace`` is set: the caller stamps its own stages on it and calls ``finish``
         once the final response has left.
         """
-        check_tensor_limits(request, self._limits)
+        check_tensor_limits(request, self.request_limits)
         if request.trace is None and not self._tracer.idle:
             request.trace = self._tracer.sample(model.name)
         model.submit(request)

@@ -13,6 +13,8 @@ from pytriton_core.backends.python.pb_utils cimport (
 from pytriton_core.backends.python.pb_utils_tensor cimport Tensor as PbTensor, tensor_from_server
 from pytriton_core.backends.python.convert cimport from_pb_tensor, to_pb_tensor
 from pytriton_core.inference.request cimport InferenceRequest
+from pytriton_core.inference.statistics cimport ComputeTiming
+from pytriton_core.inference.tensor cimport Tensor as ServerTensor
 from pytriton_core.inference.response cimport InferenceResponse
 
 
@@ -24,9 +26,25 @@ cdef class _Conversions:
     cdef public object state_outputs
     cdef public object staging
     cdef public object responder
+    cdef public object model_name
+    cdef public object batch_runner
+    cdef public object worker
+    cdef public object python_model
+    cdef public object scope
+    cdef public object inline
+    cdef public bint elsewhere
 
 
-@cython.locals(t=object)
+@cython.locals(batch=list, pb_requests=list)
+cdef object _execute(_Conversions conversions, object requests, ComputeTiming timing)
+
+@cython.locals(elsewhere=bint)
+cdef object _call_execute(_Conversions conversions, list pb_requests, object requests)
+
+cpdef object _execute_in_scope(_Conversions conversions, list pb_requests, object requests)
+
+
+@cython.locals(t=ServerTensor, held=object, inputs=list)
 cdef PbRequest _to_pb_request(_Conversions conversions, InferenceRequest request)
 
 @cython.locals(answer=PbResponse, tensor=PbTensor, outputs=list)

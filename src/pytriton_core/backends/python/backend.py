@@ -320,25 +320,24 @@ class PythonInstance(BackendInstance):
                 on_call=model.server_called,
                 direct_calls=not model.decoupled,
                 refuses_thread=self._refuses_thread,
+                executing_elsewhere=self._executing_elsewhere,
             )
-        # Created in the instance's thread; an execution anywhere else runs on the loop.
-        self._worker = get_ident()
-        # The inline execution (on the loop) this instance executes in, if any.
-        self._inline: InlineExecution | None = None
         model.waits.register(self._key, spec.name)
         self._loop: ModelLoop | None = None
-        self._batch_runner = model.batch_runner()
-        # How this instance's requests cross into pb_utils and its responses back.
-        self._conversions = _Conversions(model, self)
         # Entered around every call into the model; one per instance (one worker thread).
         self._running = _running_model(location)
+        # How this instance's requests cross into pb_utils and its responses back, and
+        # what an execution reads of the instance, as C fields. Made in the instance's
+        # thread; an execution anywhere else runs on the loop.
+        self._conversions = _Conversions(model, self, get_ident())
         # ``_running`` and the server's bridge around ``execute``, in one block made once:
         # one context the model's executions all run in, wherever they run.
-        self._execute_scope = self._running.executing(self._bridge)
+        self._conversions.scope = self._running.executing(self._bridge)
         try:
             initializing = None if self._bridge is None else self._bridge.initializing()
             with self._scope("initialize", initializing):
                 self._python_model = model._module.TritonPythonModel()
+                self._conversions.python_model = self._python_model
                 initialize = getattr(self._python_model, "initialize", None)
                 if initialize is not None:
                     try:
@@ -370,60 +369,19 @@ class PythonInstance(BackendInstance):
     def execute(
         self, requests: Sequence[InferenceRequest], timing: ComputeTiming
     ) -> Sequence[InferenceResponse | None]:
-        if self._batch_runner is not None:
-            return self._batch_runner.execute(requests, timing, self._execute_stacked)
-        batch = requests if type(requests) is list else list(requests)
-        conversions = self._conversions
-        # A lone request (the common case) without the comprehension.
-        if len(batch) == 1:
-            pb_requests = [_to_pb_request(conversions, batch[0])]
-        else:
-            pb_requests = [_to_pb_request(conversions, r) for r in batch]
-        timing.mark_input_done()
-        result = self._call_execute(pb_requests, batch)
-        timing.mark_infer_done()
-        return _responses(conversions, self._spec.name, batch, pb_requests, result)
+        return _execute(self._conversions, requests, timing)
 
-    def _call_execute(
-        self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[InferenceRequest]
-    ) -> Any:
-        # Off the instance's thread, calls are refused unless they can wait by suspending
-        # the execution (on the loop, inside an ``InlineExecution``).
-        inline: InlineExecution | None = None
-        elsewhere = False
-        if get_ident() != self._worker:
-            inline = current_inline()
-            if inline is not None:
-                self._inline = inline
-            else:
-                elsewhere = True
-        bridge = self._bridge
-        if bridge is not None:
-            bridge.on_loop = elsewhere
-        # ``_scope``'s blocks, as one made once: this runs per execution.
-        try:
-            return self._execute_scope.run(self._execute_in_scope, pb_requests, requests)
-        except Exception as exc:
-            raise InternalError(self._failure(exc)) from exc
-        finally:
-            if inline is not None:
-                self._inline = None
-
-    def _execute_in_scope(
-        self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[InferenceRequest]
-    ) -> Any:
-        result = self._python_model.execute(pb_requests)
-        if type(result) is CoroutineType and self._model.decoupled:
-            self._run_in_background(result, requests)
-            return None
-        return self._run(result)
+    def _executing_elsewhere(self) -> bool:
+        """Whether the execution running now runs plainly on the loop or on a BLS caller's
+        thread (not in an ``InlineExecution``): its calls are refused (``BlsBridge``)."""
+        return self._conversions.elsewhere
 
     def _refuses_thread(self) -> bool:
         """Whether to refuse a call (one that needs the loop) made now from this thread:
         a thread of the model's own while its execution holds the loop, which may wait
         for that thread, so the call's answer could never come. The model's executions
         then stay in its thread."""
-        inline = self._inline
+        inline = self._conversions.inline
         if inline is None or not inline.holds_loop or inline.on_loop_thread():
             return False
         self._model.thread_called()
@@ -448,7 +406,7 @@ class PythonInstance(BackendInstance):
             origin=_AllCancelled(requests),
             decoupled=False,
         )
-        result = self._call_execute([stacked], requests)
+        result = _call_execute(self._conversions, [stacked], requests)
         if not isinstance(result, list) or len(result) != 1:
             raise InternalError(
                 f"model '{self._spec.name}' ({BATCHED_EXECUTE}): execute must return a list "
@@ -540,10 +498,11 @@ class PythonInstance(BackendInstance):
 
 class _Conversions:
     """How an instance's requests cross into ``pb_utils`` and the model's responses back,
-    with what the crossing needs of the model read once (an extension type, backend.pxd:
-    every request goes through ``_to_pb_request`` and ``_from_pb_response``)."""
+    with what the crossing needs of the model read once, and what an execution reads of
+    its instance (an extension type, backend.pxd: every request goes through ``_execute``,
+    ``_to_pb_request`` and ``_from_pb_response``, which read these as C fields)."""
 
-    def __init__(self, model: PythonModel, responder: PythonInstance) -> None:
+    def __init__(self, model: PythonModel, responder: PythonInstance, worker: int) -> None:
         self.decoupled = model.decoupled
         # "no" to FORCE_CPU_ONLY_INPUT_TENSORS: inputs in CUDA shared memory reach the
         # model as GPU tensors (DLPack).
@@ -555,8 +514,80 @@ class _Conversions:
         # A sequence model's implicit-state outputs: kept for the sequence batcher.
         self.state_outputs = model.state_outputs
         self.staging = model._location.host_staging  # GPU outputs' host copies
-        # Makes a request's send hook (``pb_utils.Responder``): the instance.
+        # Makes a request's send hook (``pb_utils.Responder``), runs coroutines and
+        # reports failures: the instance.
         self.responder = responder
+        self.model_name = responder._spec.name
+        self.batch_runner = model.batch_runner()
+        # The instance's thread (its ident); an execution on another runs on the loop.
+        self.worker = worker
+        # The model's ``TritonPythonModel`` (once made) and the execute scope.
+        self.python_model: Any = None
+        self.scope: Any = None
+        # The inline execution (on the loop) the instance executes in, if any; whether the
+        # one running now runs elsewhere (plainly on the loop, on a BLS caller's thread).
+        self.inline: InlineExecution | None = None
+        self.elsewhere = False
+
+
+def _execute(
+    conversions: _Conversions, requests: Sequence[InferenceRequest], timing: ComputeTiming
+) -> Sequence[InferenceResponse | None]:
+    """``PythonInstance.execute``: a function, typed in backend.pxd (every batch)."""
+    batch_runner = conversions.batch_runner
+    if batch_runner is not None:
+        return batch_runner.execute(requests, timing, conversions.responder._execute_stacked)
+    batch = requests if type(requests) is list else list(requests)
+    # A lone request (the common case) without the comprehension.
+    if len(batch) == 1:
+        pb_requests = [_to_pb_request(conversions, batch[0])]
+    else:
+        pb_requests = [_to_pb_request(conversions, r) for r in batch]
+    timing.mark_input_done()
+    result = _call_execute(conversions, pb_requests, batch)
+    timing.mark_infer_done()
+    return _responses(conversions, conversions.model_name, batch, pb_requests, result)
+
+
+def _call_execute(
+    conversions: _Conversions,
+    pb_requests: list[pb_utils.InferenceRequest],
+    requests: Sequence[InferenceRequest],
+) -> Any:
+    # Off the instance's thread, calls are refused unless they can wait by suspending
+    # the execution (on the loop, inside an ``InlineExecution``).
+    inline: InlineExecution | None = None
+    elsewhere = False
+    if get_ident() != conversions.worker:
+        inline = current_inline()
+        if inline is not None:
+            conversions.inline = inline
+        else:
+            elsewhere = True
+    conversions.elsewhere = elsewhere
+    # ``_scope``'s blocks, as one made once: this runs per execution.
+    try:
+        return conversions.scope.run(_execute_in_scope, conversions, pb_requests, requests)
+    except Exception as exc:
+        raise InternalError(conversions.responder._failure(exc)) from exc
+    finally:
+        if inline is not None:
+            conversions.inline = None
+
+
+def _execute_in_scope(
+    conversions: _Conversions,
+    pb_requests: list[pb_utils.InferenceRequest],
+    requests: Sequence[InferenceRequest],
+) -> Any:
+    result = conversions.python_model.execute(pb_requests)
+    if type(result) is not CoroutineType:  # inspect.iscoroutine's test, without its call
+        return result
+    instance = conversions.responder
+    if conversions.decoupled:
+        instance._run_in_background(result, requests)
+        return None
+    return instance._run(result)
 
 
 def _to_pb_request(
@@ -566,7 +597,10 @@ def _to_pb_request(
     if conversions.gpu_inputs:
         inputs = [to_pb_tensor(t, True) for t in request.inputs.values()]
     else:  # (``to_pb_tensor`` without a GPU: every input wrapped as it is, on the host)
-        inputs = [tensor_from_server(t.name, t.data, t.datatype) for t in request.inputs.values()]
+        inputs = []
+        for t in request.inputs.values():
+            held = t  # ``data`` through the attribute protocol (a DeviceTensor's is computed)
+            inputs.append(tensor_from_server(t.name, held.data, t.datatype))
     requested = request.requested_outputs  # (``request.output_names``, spelled out)
     parameters = request.parameters
     # A decoupled model's sender is made now, when its first response's work starts; a

@@ -17,7 +17,7 @@ target can answer at once executes it on the loop, and waiting for any other ans
 suspends the execution (``_Answers.next``) instead of blocking the loop, which has to
 deliver it. Such a model never executes plainly on the loop nor on a BLS caller's thread
 (``execute_direct`` in runtime/model.py): while an execution runs there, its instance's
-bridge refuses every call (``BlsBridge.on_loop``), telling the model it moves to its
+bridge refuses every call (``executing_elsewhere``), telling the model it moves to its
 thread.
 """
 
@@ -189,10 +189,10 @@ class BlsBridge:
     ``direct_calls``: a blocking ``exec`` may run its target on the calling thread (the
     caller is a default-mode model, whose responses leave after its batch: see
     runtime/deferral.py).
-    ``on_call``: told of every call, before it is made; ``on_loop``: the instance's
-    execution runs on the server's event loop or a BLS caller's thread (not inside an
-    ``InlineExecution``), so every call is refused (the instance sets it per execution,
-    ``PythonInstance._call_execute``); ``refuses_thread``: asked before a
+    ``on_call``: told of every call, before it is made; ``executing_elsewhere``: asked
+    before every call whether the instance's execution runs on the server's event loop or
+    a BLS caller's thread (not inside an ``InlineExecution``), where every call is
+    refused; ``refuses_thread``: asked before a
     call that needs the loop whether to refuse it, coming from this thread (a thread of
     the model's own while its execution holds the loop: see ``PythonInstance``).
     """
@@ -207,6 +207,7 @@ class BlsBridge:
         on_call: Callable[[], None] | None = None,
         direct_calls: bool = False,
         refuses_thread: Callable[[], bool] | None = None,
+        executing_elsewhere: Callable[[], bool] | None = None,
     ) -> None:
         self._calls = calls
         self._refuses_thread = refuses_thread
@@ -216,7 +217,7 @@ class BlsBridge:
         self._staging = staging
         self._holds_instance = holds_instance
         self._on_call = on_call
-        self.on_loop = False
+        self._executing_elsewhere = executing_elsewhere
         # Model changes from ``initialize`` are this process's own (see ``initializing``).
         self._initializing = False
 
@@ -245,7 +246,7 @@ class BlsBridge:
                 "in its instance's thread from now on (the model parameter "
                 'EXECUTE_ON_EVENT_LOOP: "no" keeps them there from the start)'
             )
-        if self.on_loop:
+        if self._executing_elsewhere is not None and self._executing_elsewhere():
             raise InternalError(
                 f"model '{self._caller.model[0]}' called the server from an execution "
                 "outside its instance's thread (on the server's event loop, or on the "

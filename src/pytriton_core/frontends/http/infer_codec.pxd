@@ -5,7 +5,10 @@ cimport cython
 
 from pytriton_core.inference.request cimport InferenceRequest
 from pytriton_core.inference.response cimport InferenceResponse
+from pytriton_core.inference.tensor_data cimport RequestLimits
 from pytriton_core.runtime.model cimport Model
+from pytriton_core.types cimport DataType
+from pytriton_core.service.inference_service cimport InferenceService
 
 
 cdef class DecodedInfer:
@@ -28,13 +31,13 @@ cdef class _ShmPlan:
 
 @cython.locals(
     request=InferenceRequest, walked=tuple, binary_start=Py_ssize_t, plan=_ShmPlan,
-    decoded=DecodedInfer, remembering=bint,
+    decoded=DecodedInfer, remembering=bint, limits=RequestLimits,
 )
 cpdef DecodedInfer decode_infer_request(
     Model model,
     object body,
     object header_length,
-    object service,
+    InferenceService service,
     tuple allowed_reserved=*,
     bint general=*,
     object memo=*,
@@ -72,3 +75,7 @@ cpdef encode_infer_response(
     data=bytes,
 )
 cdef object _direct_response(Model model, DecodedInfer decoded, InferenceResponse response)
+
+
+@cython.locals(datatype=DataType, wire=str)
+cpdef object json_output_values(object tensor)

@@ -49,7 +49,7 @@ from pytriton_core.inference.tensor import Tensor
 from pytriton_core.inference.tensor_data import array_from_bytes, array_to_bytes, datatype_from_wire
 from pytriton_core.memory import ShmOutput, ShmReference
 from pytriton_core.runtime.model import Model
-from pytriton_core.service import InferenceService
+from pytriton_core.service.inference_service import InferenceService
 
 OCTET_STREAM = b"application/octet-stream"
 _DATA_SOURCES = ("data", "binary_data_size", REGION)
@@ -347,7 +347,7 @@ def decode_infer_request(
     request = InferenceRequest(model.name, model.version)
     if header_length == 0:
         return _decode_raw_binary(model, body, request)
-    limits = service.options.limits
+    limits = service.request_limits
     remembering = memo is not None and not allowed_reserved and not general
     if header_length is None:
         json_part: Buffer = body
@@ -732,13 +732,14 @@ def _checked_finite(data: Any) -> Any:
 def json_output_values(tensor: Tensor) -> Any:
     """``json_output_data`` without its check for NaN and infinities (which orjson writes
     as ``null``: see ``encode_infer_response``)."""
-    wire = tensor.datatype.wire_name
+    datatype = tensor.datatype
+    wire = datatype.wire_name
     if wire in ("FP16", "BF16"):
         raise InvalidArgumentError(
             f"sending {wire} data via JSON is not supported. Please use the binary data "
             "format for output"
         )
-    if tensor.datatype.is_bytes:
+    if datatype.is_bytes:
         try:
             return array_to_json_data(tensor.data)
         except ValueError:

@@ -10,11 +10,14 @@ import orjson
 from pytriton_core._native.json_limits import check_json_limits
 from pytriton_core.errors import InvalidArgumentError, ServerError
 from pytriton_core.frontends.http.messages import Buffer
+from pytriton_core.inference.tensor_data import RequestLimits
 from pytriton_core.options import LimitOptions
 
 
 def parse_json(
-    data: Buffer, limits: LimitOptions, malformed: type[ServerError] = InvalidArgumentError
+    data: Buffer,
+    limits: LimitOptions | RequestLimits,
+    malformed: type[ServerError] = InvalidArgumentError,
 ) -> Any:
     """The JSON value of ``data``. Past a limit: INVALID_ARG (400); malformed JSON:
     ``malformed`` (Triton answers some endpoints' bad JSON with 500, others with 400)."""
