@@ -22,6 +22,7 @@ import pytest
 from pytriton_core.backends.registry import BackendRegistry
 from pytriton_core.frontends.http.exchange import Exchange
 from pytriton_core.frontends.http.handlers import build_router
+from pytriton_core.frontends.http.held_writes import HeldWrites
 from pytriton_core.frontends.http.infer_codec import DecodedInfer
 from pytriton_core.frontends.http.messages import HttpResponse
 from pytriton_core.frontends.http.router import Router
@@ -237,11 +238,14 @@ class Connection:
         loop: asyncio.AbstractEventLoop,
         router: Router,
         idle_timeout_s: float | None = None,
+        held_writes: HeldWrites | None = None,
     ) -> None:
         self.loop = loop
         self.registry: set[HttpProtocol] = set()
         self.transport = FakeTransport()
-        self.protocol = HttpProtocol(router, MAX_BODY, self.registry, idle_timeout_s=idle_timeout_s)
+        self.protocol = HttpProtocol(
+            router, MAX_BODY, self.registry, idle_timeout_s=idle_timeout_s, held_writes=held_writes
+        )
 
         async def made() -> None:  # on the running loop, as asyncio calls it
             self.protocol.connection_made(self.transport)  # type: ignore[arg-type]
@@ -273,9 +277,14 @@ class Connection:
         return self.transport.responses
 
 
-@pytest.fixture
-def connection(loop: asyncio.AbstractEventLoop, router: Router) -> Connection:
-    return Connection(loop, router)
+@pytest.fixture(params=["written-at-once", "held-to-the-turns-end"])
+def connection(
+    loop: asyncio.AbstractEventLoop, router: Router, request: pytest.FixtureRequest
+) -> Connection:
+    """A connection writing each answer when it is made, or (as the server runs it) holding
+    its answers until the end of the loop's turn: every test below passes both ways."""
+    held = HeldWrites(loop) if request.param == "held-to-the-turns-end" else None
+    return Connection(loop, router, held_writes=held)
 
 
 # --------------------------------------------------------------------------- one request
@@ -637,3 +646,66 @@ def test_connection_lost_while_a_request_is_in_flight(connection: Connection) ->
     connection.protocol.connection_lost(ConnectionResetError())
     assert connection.finish() == []
     assert connection.transport.written == b""
+
+
+# --------------------------------------------------------------------------- held answers
+
+
+def test_answers_made_in_one_turn_are_written_together_at_its_end(
+    loop: asyncio.AbstractEventLoop, router: Router
+) -> None:
+    """Requests on two connections answered on the loop within one turn: nothing is written
+    while the turn goes on, and both answers once it has ended."""
+    held = HeldWrites(loop)
+    first, second = (
+        Connection(loop, router, held_writes=held),
+        Connection(loop, router, held_writes=held),
+    )
+
+    async def one_turn() -> tuple[bytes, bytes]:
+        first.protocol.data_received(infer_request([1, 2], "a", model=INLINE_ECHO))
+        second.protocol.data_received(LIVE + infer_request([3], "b", model=INLINE_ECHO))
+        during = (bytes(first.transport.written), bytes(second.transport.written))
+        await asyncio.sleep(0)  # the turn ends
+        return during
+
+    during = first.run(one_turn())
+    assert during == (b"", b"")
+    assert [r.json() for r in first.transport.responses] == [infer_answer([1, 2], "a", INLINE_ECHO)]
+    statuses = [r.status for r in second.transport.responses]
+    assert statuses == [200, 200]
+    assert second.transport.responses[1].json() == infer_answer([3], "b", INLINE_ECHO)
+    assert bytes(second.transport.written).startswith(LIVE_OK)
+
+
+def test_held_answers_go_out_before_the_connection_closes(
+    loop: asyncio.AbstractEventLoop, router: Router
+) -> None:
+    """A client that half-closes right after its requests (an answer held, another still to
+    come) gets them, then the close; a connection closed by a server that stops
+    (``close_when_idle``) right after an answer was held gets it, then the close."""
+    for ending, sent, answered in (
+        ("half-close", LIVE, 1),
+        ("half-close", LIVE + infer_request([7], "c", model=INLINE_ECHO), 2),
+        ("server stops", LIVE, 1),
+    ):
+        connection = Connection(loop, router, held_writes=HeldWrites(loop))
+
+        async def requests_then_end(
+            connection: Connection = connection, ending: str = ending, sent: bytes = sent
+        ) -> None:
+            connection.protocol.data_received(sent)
+            if ending == "half-close":
+                if not connection.protocol.eof_received():
+                    connection.transport.close()  # as the loop does
+            else:
+                connection.protocol.close_when_idle()
+            while not connection.transport.closed:
+                await asyncio.sleep(0.001)
+
+        connection.run(asyncio.wait_for(requests_then_end(), WAIT_S))
+        responses = connection.transport.responses
+        assert [r.status for r in responses] == [200] * answered, ending
+        assert bytes(connection.transport.written).startswith(LIVE_OK)
+        if answered == 2:
+            assert responses[1].json() == infer_answer([7], "c", INLINE_ECHO)

@@ -6,6 +6,7 @@ from pytriton_core cimport clock
 
 from pytriton_core.frontends.busy_poll cimport BusyPoll
 from pytriton_core.frontends.http.exchange cimport Exchange
+from pytriton_core.frontends.http.held_writes cimport HeldWrites
 from pytriton_core.frontends.http.messages cimport HttpResponse
 
 
@@ -36,12 +37,15 @@ cdef class HttpProtocol:
     cdef double _idle_since
     cdef object _peer_check
     cdef BusyPoll _busy_poll
+    cdef HeldWrites _held_writes
+    cdef list _held
 
     cdef void _update_reading(self) except *
     cpdef void _start_next(self) except *
     cdef void _write(self, HttpResponse response, bint keep_alive) except *
     cdef void _arm_idle_timer(self) except *
     cdef void _close_transport(self) except *
+    cpdef void write_held(self) except *
 
 
 cpdef void _drive(object coroutine, object context) except *

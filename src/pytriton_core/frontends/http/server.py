@@ -57,6 +57,7 @@ from pytriton_core.errors import ServerError, UnavailableError
 from pytriton_core.frontends.busy_poll import BusyPoll
 from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE, Exchange
 from pytriton_core.frontends.http.handlers import build_router
+from pytriton_core.frontends.http.held_writes import HeldWrites
 from pytriton_core.frontends.http.messages import (
     Buffer,
     HttpResponse,
@@ -121,6 +122,7 @@ class HttpFrontend:
         max_body = options.http_max_input_size
         limits = options.limits
         idle_timeout = options.http_keepalive_timeout_s or None
+        held_writes = HeldWrites(loop)  # (held_writes.py)
         if options.http_tls.enabled:
             self.certificates = CertificateReloader(options.http_tls)
         try:
@@ -133,6 +135,7 @@ class HttpFrontend:
                         limits,
                         idle_timeout,
                         self._busy_poll,
+                        held_writes,
                     )
                 ),
                 host,
@@ -185,9 +188,14 @@ class HttpProtocol:
         limits: LimitOptions | None = None,
         idle_timeout_s: float | None = None,
         busy_poll: BusyPoll | None = None,
+        held_writes: HeldWrites | None = None,
     ) -> None:
         self._router = router
         self._busy_poll = busy_poll  # None: the loop sleeps between requests
+        # None: each answer is written when it is made; else answers are held until the
+        # end of the loop's turn (``_held``, the buffers framed; held_writes.py).
+        self._held_writes = held_writes
+        self._held: list[Buffer] | None = None
         self._registry = registry
         self._limits = limits = limits if limits is not None else LimitOptions()
         self._max_pipelined = limits.http_max_pipelined_requests
@@ -245,6 +253,7 @@ class HttpProtocol:
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
         self._transport = None
+        self._held = None
         self._pending.clear()
         self._pending_bytes = 0
         self._assembler.detach()  # a half-received body goes with the connection
@@ -268,6 +277,8 @@ class HttpProtocol:
         nothing is left to answer. If someone waits to know whether the client is still
         there (an inference), probe it."""
         self._eof = True
+        # Answers held for the turn's end go out now: a False return closes the transport.
+        self.write_held()
         if self._exchange is not None and self._exchange.watched:
             self._probe_peer()
         return self._busy or bool(self._pending)
@@ -305,6 +316,7 @@ class HttpProtocol:
             self._broken = True
             self._pending.append((failure, 0, 0))
         elif self._assembler.take_expect_continue() and self._transport is not None:
+            self.write_held()
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self._update_reading()
         self._start_next()
@@ -349,7 +361,7 @@ class HttpProtocol:
     def close_when_idle(self) -> None:
         self._closing = True
         if not self._busy and self._transport is not None:
-            self._transport.close()
+            self._close_transport()
 
     # ------------------------------------------------------------ requests
 
@@ -434,6 +446,7 @@ class HttpProtocol:
         transport = self._transport
         if transport is None or transport.is_closing():
             return False
+        self.write_held()
         transport.writelines(buffers)
         return True
 
@@ -455,6 +468,7 @@ class HttpProtocol:
 
     def _close_transport(self) -> None:
         if self._transport is not None:
+            self.write_held()
             self._transport.close()
 
     # ------------------------------------------------------- the client's presence
@@ -471,6 +485,7 @@ class HttpProtocol:
             assert self._exchange is not None
             self._exchange.mark_client_gone()
             return
+        self.write_held()
         self._transport.write(probe)
         self._peer_check = asyncio.get_running_loop().call_later(
             _PEER_CHECK_FIRST_S, self._check_peer, _PEER_CHECK_FIRST_S
@@ -542,6 +557,16 @@ class HttpProtocol:
             response.status, response.content_type, response.body, keep_alive, response.headers
         )
         on_sent = response.on_sent
+        if on_sent is None and keep_alive and self._held_writes is not None:
+            # Held until the end of the loop's turn (held_writes.py).
+            held = self._held
+            if held is None:
+                self._held = framed
+                self._held_writes.hold(self)
+            else:
+                held.extend(framed)
+            return
+        self.write_held()
         if on_sent is None:
             transport.writelines(framed)
         else:
@@ -550,6 +575,16 @@ class HttpProtocol:
             on_sent(send_start, clock.now_ns())
         if not keep_alive:
             transport.close()
+
+    def write_held(self) -> None:
+        """Write the answers this connection holds (``HeldWrites``), if any."""
+        held = self._held
+        if held is None:
+            return
+        self._held = None
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.writelines(held)
 
 
 def as_protocol(protocol: HttpProtocol) -> asyncio.Protocol:
