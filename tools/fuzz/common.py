@@ -160,7 +160,7 @@ def check_http_infer(
         again = decode_infer_request(target, body, header, service, memo=_header_memo())
         if _decoded_parts(again) != _decoded_parts(decoded):
             raise AssertionError("a remembered header reads the body apart from its walk")
-        check_tensor_limits(decoded.request, service.options.limits)
+        check_tensor_limits(decoded.request, service.request_limits)
         validate_request(decoded.request, target.spec)
         for tensor in decoded.request.inputs.values():
             tensor.data.tobytes()  # every byte of a view is readable

@@ -132,7 +132,7 @@ def test_one_input(data: bytes) -> None:
     assert fast == _outcome(general), (fast, _outcome(general))
     try:
         decoded = decode_infer_request(SERVICE, data, unary=True)
-        check_tensor_limits(decoded.request, SERVICE.options.limits)
+        check_tensor_limits(decoded.request, SERVICE.request_limits)
         validate_request(decoded.request, decoded.model.spec)
     except ServerError:
         pass
