@@ -23,7 +23,10 @@ times (its ``on_sent``) is written at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Holder(Protocol):
@@ -49,4 +52,7 @@ class HeldWrites:
     def flush(self) -> None:
         holders, self._holders = self._holders, []
         for holder in holders:
-            holder.write_held()
+            try:
+                holder.write_held()
+            except Exception:  # one connection's failure leaves the others' answers to go
+                log.exception("writing a connection's held answers failed")
