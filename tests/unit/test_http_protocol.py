@@ -678,34 +678,36 @@ def test_answers_made_in_one_turn_are_written_together_at_its_end(
     assert bytes(second.transport.written).startswith(LIVE_OK)
 
 
-def test_held_answers_go_out_before_the_connection_closes(
-    loop: asyncio.AbstractEventLoop, router: Router
-) -> None:
-    """A client that half-closes right after its requests (an answer held, another still to
-    come) gets them, then the close; a connection closed by a server that stops
-    (``close_when_idle``) right after an answer was held gets it, then the close."""
-    for ending, sent, answered in (
+@pytest.mark.parametrize(
+    ("ending", "sent", "answered"),
+    [
         ("half-close", LIVE, 1),
         ("half-close", LIVE + infer_request([7], "c", model=INLINE_ECHO), 2),
         ("server stops", LIVE, 1),
-    ):
-        connection = Connection(loop, router, held_writes=HeldWrites(loop))
+    ],
+    ids=["half-close, an answer held", "half-close, one held, one to come", "server stops"],
+)
+def test_held_answers_go_out_before_the_connection_closes(
+    loop: asyncio.AbstractEventLoop, router: Router, ending: str, sent: bytes, answered: int
+) -> None:
+    """A client that half-closes right after its requests gets every answer (held, or still
+    to come), then the close; a connection closed by a server that stops
+    (``close_when_idle``) right after an answer was held gets it, then the close."""
+    connection = Connection(loop, router, held_writes=HeldWrites(loop))
 
-        async def requests_then_end(
-            connection: Connection = connection, ending: str = ending, sent: bytes = sent
-        ) -> None:
-            connection.protocol.data_received(sent)
-            if ending == "half-close":
-                if not connection.protocol.eof_received():
-                    connection.transport.close()  # as the loop does
-            else:
-                connection.protocol.close_when_idle()
-            while not connection.transport.closed:
-                await asyncio.sleep(0.001)
+    async def requests_then_end() -> None:
+        connection.protocol.data_received(sent)
+        if ending == "half-close":
+            if not connection.protocol.eof_received():
+                connection.transport.close()  # as the loop does
+        else:
+            connection.protocol.close_when_idle()
+        while not connection.transport.closed:
+            await asyncio.sleep(0.001)
 
-        connection.run(asyncio.wait_for(requests_then_end(), WAIT_S))
-        responses = connection.transport.responses
-        assert [r.status for r in responses] == [200] * answered, ending
-        assert bytes(connection.transport.written).startswith(LIVE_OK)
-        if answered == 2:
-            assert responses[1].json() == infer_answer([7], "c", INLINE_ECHO)
+    connection.run(asyncio.wait_for(requests_then_end(), WAIT_S))
+    responses = connection.transport.responses
+    assert [r.status for r in responses] == [200] * answered
+    assert bytes(connection.transport.written).startswith(LIVE_OK)
+    if answered == 2:
+        assert responses[1].json() == infer_answer([7], "c", INLINE_ECHO)

@@ -44,7 +44,7 @@ cdef object _call_execute(_Conversions conversions, list pb_requests, object req
 cpdef object _execute_in_scope(_Conversions conversions, list pb_requests, object requests)
 
 
-@cython.locals(t=ServerTensor, held=object, inputs=list)
+@cython.locals(t=ServerTensor, untyped=object, inputs=list)
 cdef PbRequest _to_pb_request(_Conversions conversions, InferenceRequest request)
 
 @cython.locals(answer=PbResponse, tensor=PbTensor, outputs=list)

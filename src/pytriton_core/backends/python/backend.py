@@ -599,8 +599,8 @@ def _to_pb_request(
     else:  # (``to_pb_tensor`` without a GPU: every input wrapped as it is, on the host)
         inputs = []
         for t in request.inputs.values():
-            held = t  # ``data`` through the attribute protocol (a DeviceTensor's is computed)
-            inputs.append(tensor_from_server(t.name, held.data, t.datatype))
+            untyped = t  # ``data`` through the attribute protocol (a DeviceTensor's is computed)
+            inputs.append(tensor_from_server(t.name, untyped.data, t.datatype))
     requested = request.requested_outputs  # (``request.output_names``, spelled out)
     parameters = request.parameters
     # A decoupled model's sender is made now, when its first response's work starts; a
