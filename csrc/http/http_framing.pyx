@@ -223,6 +223,10 @@ cdef class HttpRequest:
     cdef readonly object body  # bytearray of exactly the body's length, owned by the request
     cdef readonly bint keep_alive
     cdef readonly str http_version  # "1.1", "1.0"
+    # The front end's record of this request's exchange (its ``Exchange``: when it arrived,
+    # whether the client is still there), set by the HTTP protocol before the request is
+    # routed; None for a request made outside a connection.
+    cdef public object exchange
 
     def __init__(self, str method, str path, str query="", dict headers=None,
                  list raw_headers=None, body=b"", bint keep_alive=True,

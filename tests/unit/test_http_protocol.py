@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 import pytest
 
 from pytriton_core.backends.registry import BackendRegistry
-from pytriton_core.frontends.http.exchange import Exchange
+from pytriton_core.frontends.http.exchange import Exchange, current_exchange
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.held_writes import HeldWrites
 from pytriton_core.frontends.http.infer_codec import DecodedInfer
 from pytriton_core.frontends.http.messages import HttpResponse
-from pytriton_core.frontends.http.router import Router
+from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.frontends.http.server import HttpProtocol
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -646,6 +646,39 @@ def test_connection_lost_while_a_request_is_in_flight(connection: Connection) ->
     connection.protocol.connection_lost(ConnectionResetError())
     assert connection.finish() == []
     assert connection.transport.written == b""
+
+
+def test_a_handler_finds_its_exchange_whether_it_answers_at_once_or_waits(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A handler that answers at once is answered with no coroutine or context made for it:
+    it finds its exchange on the request. One that waits finds it there and as
+    ``current_exchange()``, in the context its steps run in. Each request has its own."""
+    seen: dict[str, tuple[Exchange, Exchange | None]] = {}
+
+    def at_once(request: Request, match: RouteMatch) -> HttpResponse:
+        seen["at once"] = (request.exchange, None)
+        return HttpResponse(200)
+
+    async def later(request: Request, match: RouteMatch) -> HttpResponse:
+        await asyncio.sleep(0)
+        seen["later"] = (request.exchange, current_exchange())
+        return HttpResponse(204)
+
+    router = Router()
+    router.add("^/at-once$", None, GET=at_once)
+    router.add("^/later$", None, GET=later)
+    connection = Connection(loop, router)
+    connection.feed(
+        b"GET /at-once HTTP/1.1\r\nHost: t\r\n\r\n", b"GET /later HTTP/1.1\r\nHost: t\r\n\r\n"
+    )
+    assert [response.status for response in connection.responses(2)] == [200, 204]
+    first, _ = seen["at once"]
+    second, current = seen["later"]
+    assert isinstance(first, Exchange) and first.received_end_ns > 0
+    assert isinstance(second, Exchange) and second is not first
+    assert current is second
+    assert current_exchange() is not second  # set in the waiting handler's context only
 
 
 # --------------------------------------------------------------------------- held answers

@@ -21,7 +21,7 @@ httptools parks the exception, fails the parse and raises
 """
 
 from collections.abc import Sequence
-from typing import Final, final
+from typing import Any, Final, final
 
 import httptools
 
@@ -55,6 +55,10 @@ def framing_error(exc: BaseException) -> FramingError | None:
 @final
 class HttpRequest:
     """One complete request; the assembler never touches it again after ``drain``."""
+
+    # The HTTP front end's ``Exchange`` for this request, set before it is routed; None
+    # for a request made outside a connection.
+    exchange: Any
 
     def __init__(
         self,

@@ -1,7 +1,6 @@
 # The typed parts of infer_handler.py (compiled from it, csrc/compiled_modules.txt).
 
-cimport cython
-
+from pytriton_core.frontends.http.exchange cimport Exchange
 from pytriton_core.frontends.http.infer_codec cimport (
     DecodedInfer,
     decode_infer_request,
@@ -21,13 +20,15 @@ cdef class InferHandler:
     cdef object _infer_now(self, object request, object match)
     cdef Model _model(self, object match)
     cdef DecodedInfer _decoded(self, Model model, object request, object body, tuple reserved)
-    # (``request`` untyped: its ``cancel`` is handed on as a Python bound method)
-    @cython.locals(request=object)
-    cdef SingleAnswer _submit(self, Model model, DecodedInfer decoded)
+    cdef SingleAnswer _submit(self, Model model, DecodedInfer decoded, Exchange exchange)
 
 
 cdef void _refuse_decoupled(Model model, bint event_stream) except *
 cdef HttpResponse _encoded(
-    Model model, DecodedInfer decoded, InferenceResponse response, bint finish_trace=*
+    Model model,
+    DecodedInfer decoded,
+    InferenceResponse response,
+    Exchange exchange,
+    bint finish_trace=*,
 )
 cdef object _header_length(object request, Py_ssize_t body_length)

@@ -15,7 +15,7 @@ from re import Pattern
 from pytriton_core._native.infer_walk import HeaderMemo
 from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http import compression
-from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE
+from pytriton_core.frontends.http.exchange import Exchange
 from pytriton_core.frontends.http.infer_codec import (
     DecodedInfer,
     decode_infer_request,
@@ -61,11 +61,12 @@ class InferHandler:
         model = self._model(match)
         _refuse_decoupled(model, False)
         decoded = self._decoded(model, request, request.body, ())
-        answer = self._submit(model, decoded)
+        exchange = request.exchange
+        answer = self._submit(model, decoded, exchange)
         response = answer.value
         if response is None or "accept-encoding" in headers:
             return self._answer(model, decoded, answer, request)
-        return _encoded(model, decoded, response)
+        return _encoded(model, decoded, response, exchange)
 
     async def _infer(self, request: Request, match: RouteMatch) -> HttpResponse:
         """Every step, awaiting where one waits."""
@@ -87,7 +88,7 @@ class InferHandler:
             decoded = self._decoded(model, request, body, STREAM_PARAMETERS)
             return await stream_infer(self._service, model, decoded)
         decoded = self._decoded(model, request, body, ())
-        answer = self._submit(model, decoded)
+        answer = self._submit(model, decoded, request.exchange)
         return await self._answer(model, decoded, answer, request)
 
     async def _answer(
@@ -98,10 +99,11 @@ class InferHandler:
         if response is None:
             response = await answer.wait(decoded.request)
         accept_encoding = request.headers.get("accept-encoding")
+        exchange = request.exchange
         if not accept_encoding:
-            return _encoded(model, decoded, response)
+            return _encoded(model, decoded, response, exchange)
         trace = decoded.request.trace
-        http_response = _encoded(model, decoded, response, finish_trace=False)
+        http_response = _encoded(model, decoded, response, exchange, finish_trace=False)
         try:
             http_response = await compression.encode_response(http_response, accept_encoding)
         except BaseException:
@@ -129,13 +131,14 @@ class InferHandler:
             forward_headers(decoded.request, _text_headers(request), self._forwarded)
         return decoded
 
-    def _submit(self, model: Model, decoded: DecodedInfer) -> SingleAnswer:
+    def _submit(
+        self, model: Model, decoded: DecodedInfer, exchange: Exchange | None
+    ) -> SingleAnswer:
         """Submit (``service.infer`` without its coroutine); a client that goes away
         cancels the request."""
         request = decoded.request
-        exchange = CURRENT_EXCHANGE.get()
         if exchange is not None:  # None: called outside a connection, nobody to leave
-            exchange.on_client_gone(request.cancel)
+            exchange.cancel_on_gone(request)
         return self._service.begin_infer(model, request)
 
 
@@ -147,13 +150,18 @@ def _refuse_decoupled(model: Model, event_stream: bool) -> None:
 
 
 def _encoded(
-    model: Model, decoded: DecodedInfer, response: InferenceResponse, finish_trace: bool = True
+    model: Model,
+    decoded: DecodedInfer,
+    response: InferenceResponse,
+    exchange: Exchange | None,
+    finish_trace: bool = True,
 ) -> HttpResponse:
-    """The response as HTTP; a traced request's trace gets its receive stamps and ends once
-    the answer is sent, or here if it fails (``finish_trace``: the caller ends it)."""
+    """The response as HTTP; a traced request's trace gets its receive stamps (which
+    ``exchange`` knows) and ends once the answer is sent, or here if it fails
+    (``finish_trace``: the caller ends it)."""
     trace = decoded.request.trace
     if trace is not None:
-        stamp_received(trace, CURRENT_EXCHANGE.get())
+        stamp_received(trace, exchange)
     try:
         if response.error is not None:
             raise response.error

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import orjson
@@ -30,6 +30,10 @@ class Request(Protocol):
     def raw_headers(self) -> list[tuple[bytes, bytes]]: ...
     @property
     def body(self) -> bytes | bytearray | memoryview: ...
+
+    # The protocol's ``Exchange`` for this request (frontends/http/exchange.py), None
+    # outside a connection.
+    exchange: Any
 
 
 # A handler answers at once, or with what to await for the answer (an ``async def``'s).

@@ -42,6 +42,9 @@ cdef class HttpProtocol:
 
     cdef void _update_reading(self) except *
     cpdef void _start_next(self) except *
+    # (``request`` untyped: the framing's HttpRequest has no .pxd to cimport)
+    cdef void _begin(self, object request, long long received_start, long long received_end) except *
+    cdef void _answered(self, Exchange exchange) except *
     cdef void _write(self, HttpResponse response, bint keep_alive) except *
     cdef void _arm_idle_timer(self) except *
     cdef void _close_transport(self) except *

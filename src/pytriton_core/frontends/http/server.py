@@ -37,7 +37,7 @@ import errno
 import logging
 import socket
 from collections import deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from contextvars import copy_context
 from dataclasses import dataclass
 from functools import partial
@@ -384,7 +384,7 @@ class HttpProtocol:
         self._busy = True
         self._driving = True
         try:
-            _drive(self._handle(item, received_start, received_end), copy_context())
+            self._begin(item, received_start, received_end)
         finally:
             self._driving = False
         if self._busy_poll is not None:
@@ -393,16 +393,41 @@ class HttpProtocol:
             else:  # answered within this first step, on the loop
                 self._busy_poll.answered()
 
-    async def _handle(self, request: HttpRequest, received_start: int, received_end: int) -> None:
+    def _begin(self, request: HttpRequest, received_start: int, received_end: int) -> None:
+        """Route ``request``. A handler that answers at once (most inferences: a short
+        Python model runs on the loop) is answered here, with no coroutine, context or
+        task made for it; one that returns something to await, or a streamed answer, goes
+        on in a coroutine driven as a task would be (``_answer_later``), in a context of its
+        own where ``current_exchange()`` finds the request's exchange."""
         if log.isEnabledFor(_DEBUG):
             code = _METHOD_CODES.get(request.method, -1)
             log.debug("HTTP request: %d %s", code, request.path)
         exchange = self._exchange = Exchange(received_start, received_end)
-        CURRENT_EXCHANGE.set(exchange)  # this task's own context
+        request.exchange = exchange
         self._http11 = request.http_version == "1.1"
         self._head_sent = False
         try:
             routed = self._router.route(request)
+        except ServerError as exc:
+            routed = error_response(exc)
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            routed = plain_error(500, "internal server error")
+        if isinstance(routed, HttpResponse) and routed.stream is None:
+            self._write(routed, request.keep_alive and not self._closing)
+            self._answered(exchange)
+            return
+        context = copy_context()
+        context.run(CURRENT_EXCHANGE.set, exchange)
+        _drive(self._answer_later(request, routed, exchange), context)
+
+    async def _answer_later(
+        self,
+        request: HttpRequest,
+        routed: HttpResponse | Awaitable[HttpResponse],
+        exchange: Exchange,
+    ) -> None:
+        try:
             response = routed if isinstance(routed, HttpResponse) else await routed
         except ServerError as exc:
             response = error_response(exc)
@@ -414,6 +439,10 @@ class HttpProtocol:
             self._write(response, keep_alive)
         else:
             await self._write_streamed(response, keep_alive)
+        self._answered(exchange)
+
+    def _answered(self, exchange: Exchange) -> None:
+        """The request's answer is written (or its connection is gone): the next one."""
         exchange.finish()
         self._exchange = None
         if self._peer_check is not None:
