@@ -19,6 +19,11 @@ from cpython.unicode cimport PyUnicode_CheckExact
 from libc.string cimport memcpy
 
 
+cdef extern from "string.h" nogil:
+    void* memmem(const void* haystack, size_t haystack_size, const void* needle,
+                 size_t needle_size)
+
+
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
     long long PyLong_AsLongLongAndOverflow(object value, int* overflow) except? -1
@@ -150,6 +155,10 @@ cdef bint _write(_Writer* out, str request_id, str model_name, str model_version
                 _raw(out, b",", 1)
             _number(out, number)
         if PyBytes_CheckExact(part):
+            # orjson writes NaN and infinities as null: such data (or the word in a
+            # string) is the general encode's to write as Triton does.
+            if memmem(PyBytes_AS_STRING(part), PyBytes_GET_SIZE(part), b"null", 4) != NULL:
+                return False
             _raw(out, b'],"data":', 9)
             _raw(out, PyBytes_AS_STRING(part), PyBytes_GET_SIZE(part))
             _raw(out, b"}", 1)
@@ -169,7 +178,8 @@ def response_header(str request_id not None, str model_name not None,
     """The JSON header of a response with ``outputs`` (tensors: ``name``, ``datatype`` with
     ``wire_name``, ``shape``), ``parts`` one per output: an int for an output sent binary
     (its blob's byte size), bytes for one carried in JSON (its ``data`` as orjson writes
-    it); None when a name, a shape or a part is not plain (the general encode writes it)."""
+    it); None when a name, a shape or a part is not plain, or a JSON part holds ``null``
+    (the general encode writes it)."""
     cdef _Writer out
     if len(parts) != len(outputs) or not (
             _plain(request_id) and _plain(model_name) and _plain(model_version)):

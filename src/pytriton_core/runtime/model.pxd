@@ -17,6 +17,7 @@ cdef class Model:
     cdef public object spec
     cdef public object name
     cdef public object version
+    cdef readonly str version_text
     cdef public object config
     cdef public object model_dir
     cdef public double loaded_at

@@ -107,6 +107,7 @@ class Model:
         self._rules = RequestRules(spec)  # what every request is checked against
         self.name = spec.name
         self.version = spec.version
+        self.version_text = str(spec.version)  # as every response names it
         # The validated config, for the two places that render Triton's JSON of it (the
         # /config endpoints); everything else reads ``spec``.
         self.config = config

@@ -412,7 +412,7 @@ def _response_parts(
         else:
             raw.append(array_to_bytes(tensor))
     header = wire.infer_response_header(
-        model.name, str(model.version), decoded.request.id, parameters, outputs
+        model.name, model.version_text, decoded.request.id, parameters, outputs
     )
     parts: list[Buffer] = [header]
     wire.append_field(parts, _RAW_OUTPUT_CONTENTS, raw)

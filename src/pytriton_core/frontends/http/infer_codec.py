@@ -625,7 +625,7 @@ def encode_infer_response(
     if request.id:
         document["id"] = request.id
     document["model_name"] = model.name
-    document["model_version"] = str(model.version)
+    document["model_version"] = model.version_text
     if response.parameters:
         document["parameters"] = _response_parameters(response.parameters)
     outputs: list[dict[str, Any]] = []
@@ -673,14 +673,9 @@ def _direct_response(
             if size:
                 blobs.append(blob)
         else:
-            data = _orjson_dumps(json_output_values(tensor), option=_SERIALIZE_NUMPY)
-            # NaN or infinities (or the word in a string): see dump_document. (``find``, not
-            # ``in``: bytes' ``in`` first tries its operand as an integer, and raises and
-            # clears a TypeError for every bytes operand.)
-            if data.find(b"null") >= 0:
-                return None
-            parts.append(data)
-    header = response_header(decoded.request.id, model.name, str(model.version), outputs, parts)
+            # (NaN or infinities, written null, make the header None: see dump_document)
+            parts.append(_orjson_dumps(json_output_values(tensor), option=_SERIALIZE_NUMPY))
+    header = response_header(decoded.request.id, model.name, model.version_text, outputs, parts)
     if header is None:
         return None
     return _answer(header, blobs)
