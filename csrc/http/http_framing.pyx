@@ -741,35 +741,51 @@ cdef Py_ssize_t _checked_name(object name) except -1:
 def build_response_head(int status, content_type, content_length,
                         bint keep_alive, extra_headers=()):
     """``HTTP/1.1 <status> <reason>`` and the headers, ending with the blank line."""
+    cdef Py_ssize_t length = -1  # a streamed body (None): chunks of their own sizes
+    if content_length is not None:
+        length = content_length
+        if length < 0:
+            raise ValueError(f"content_length must be non-negative, got {length}")
+    return _response_head(status, content_type, length, keep_alive, extra_headers)
+
+
+cdef bytes _response_head(int status, content_type, Py_ssize_t content_length,
+                          bint keep_alive, extra_headers):
+    """``build_response_head`` at the C level (every answer's head): ``content_length``
+    -1 for a chunked body; the length's digits written in place (no str, no joins)."""
     cdef bytes status_line = _STATUS_LINES.get(status)
     if status_line is None:
         if not 100 <= status <= 999:
             raise ValueError(f"invalid HTTP status {status}")
         status_line = f"HTTP/1.1 {status} Unknown\r\n".encode()
-    cdef bytes length_line
-    cdef Py_ssize_t length
-    if content_length is None:  # a streamed body: chunks of their own sizes
-        length_line = b"Transfer-Encoding: chunked\r\n"
+    cdef char digits[24]
+    cdef int first = 24
+    cdef Py_ssize_t value = content_length
+    cdef Py_ssize_t length_size
+    if content_length < 0:
+        length_size = 28  # Transfer-Encoding: chunked\r\n
     else:
-        length = content_length
-        if length < 0:
-            raise ValueError(f"content_length must be non-negative, got {length}")
-        length_line = b"Content-Length: " + str(length).encode() + b"\r\n"
+        while True:
+            first -= 1
+            digits[first] = c'0' + <char>(value % 10)
+            value //= 10
+            if value == 0:
+                break
+        length_size = 16 + (24 - first) + 2  # Content-Length: <digits>\r\n
     cdef bytes connection = (
         b"Connection: keep-alive\r\n" if keep_alive else b"Connection: close\r\n")
     cdef Py_ssize_t total = (
-        PyBytes_GET_SIZE(status_line) + PyBytes_GET_SIZE(length_line)
-        + PyBytes_GET_SIZE(connection) + 2
+        PyBytes_GET_SIZE(status_line) + length_size + PyBytes_GET_SIZE(connection) + 2
     )
     if content_type is not None:
         total += 14 + _checked_value(content_type, "content_type") + 2
     # Names and values are collected into a private list: the fill below must copy exactly
     # what was measured, whatever extra_headers is.
     cdef list fields = []
-    for name, value in extra_headers:
-        total += _checked_name(name) + 2 + _checked_value(value, "header value") + 2
+    for name, value_bytes in extra_headers:
+        total += _checked_name(name) + 2 + _checked_value(value_bytes, "header value") + 2
         fields.append(name)
-        fields.append(value)
+        fields.append(value_bytes)
 
     cdef bytes head = PyBytes_FromStringAndSize(NULL, total)
     cdef char* out = PyBytes_AS_STRING(head)
@@ -778,7 +794,12 @@ def build_response_head(int status, content_type, content_length,
         out += _append(out, "Content-Type: ", 14)
         out += _append(out, PyBytes_AS_STRING(content_type), PyBytes_GET_SIZE(content_type))
         out += _append(out, "\r\n", 2)
-    out += _append(out, PyBytes_AS_STRING(length_line), PyBytes_GET_SIZE(length_line))
+    if content_length < 0:
+        out += _append(out, "Transfer-Encoding: chunked\r\n", 28)
+    else:
+        out += _append(out, "Content-Length: ", 16)
+        out += _append(out, digits + first, 24 - first)
+        out += _append(out, "\r\n", 2)
     out += _append(out, PyBytes_AS_STRING(connection), PyBytes_GET_SIZE(connection))
     cdef Py_ssize_t i
     for i in range(0, len(fields), 2):
@@ -801,5 +822,5 @@ def frame_response(int status, content_type, body, bint keep_alive, extra_header
         else:
             length += len(part)
         framed.append(part)
-    framed[0] = build_response_head(status, content_type, length, keep_alive, extra_headers)
+    framed[0] = _response_head(status, content_type, length, keep_alive, extra_headers)
     return framed

@@ -188,7 +188,7 @@ class ModelInstance:
         return (
             self._backend_instance is not None
             and self._rate_limit is None  # a rate-limited execution waits for its slot
-            and self._executing.acquire(blocking=False)
+            and self._executing.acquire(False)  # (positional: half the cost of blocking=)
         )
 
     def claim_for_loop(self) -> bool:
