@@ -749,6 +749,9 @@ def build_response_head(int status, content_type, content_length,
     return _response_head(status, content_type, length, keep_alive, extra_headers)
 
 
+include "decimal_digits.pxi"
+
+
 cdef bytes _response_head(int status, content_type, Py_ssize_t content_length,
                           bint keep_alive, extra_headers):
     """``build_response_head`` at the C level (every answer's head): ``content_length``
@@ -760,17 +763,11 @@ cdef bytes _response_head(int status, content_type, Py_ssize_t content_length,
         status_line = f"HTTP/1.1 {status} Unknown\r\n".encode()
     cdef char digits[24]
     cdef int first = 24
-    cdef Py_ssize_t value = content_length
     cdef Py_ssize_t length_size
     if content_length < 0:
         length_size = 28  # Transfer-Encoding: chunked\r\n
     else:
-        while True:
-            first -= 1
-            digits[first] = c'0' + <char>(value % 10)
-            value //= 10
-            if value == 0:
-                break
+        first = _decimal_digits(content_length, digits)
         length_size = 16 + (24 - first) + 2  # Content-Length: <digits>\r\n
     cdef bytes connection = (
         b"Connection: keep-alive\r\n" if keep_alive else b"Connection: close\r\n")
