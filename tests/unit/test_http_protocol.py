@@ -24,7 +24,7 @@ from pytriton_core.frontends.http.exchange import Exchange, current_exchange
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.held_writes import HeldWrites
 from pytriton_core.frontends.http.infer_codec import DecodedInfer
-from pytriton_core.frontends.http.messages import HttpResponse
+from pytriton_core.frontends.http.messages import DeferredResponse, HttpResponse
 from pytriton_core.frontends.http.router import Request, RouteMatch, Router
 from pytriton_core.frontends.http.server import HttpProtocol
 from pytriton_core.inference.request import InferenceRequest
@@ -48,11 +48,15 @@ output [ { name: "OUTPUT0", data_type: TYPE_INT32, dims: [ -1 ] } ]
 parameters: { key: "EXECUTE_ON_EVENT_LOOP" value: { string_value: "no" } }
 """
 ECHO_MODEL = """
+import time
+
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
     def execute(self, requests):
+        if any(r.request_id() == "slow" for r in requests):
+            time.sleep(0.3)  # still in flight after what the test does next
         return [
             pb_utils.InferenceResponse(
                 output_tensors=[
@@ -67,7 +71,14 @@ class TritonPythonModel:
 
 INLINE_ECHO = "inline_echo"
 # What an infer request makes (the last test checks none is left to the garbage collector).
-_REQUEST_OBJECTS = (InferenceRequest, InferenceResponse, DecodedInfer, Exchange, HttpResponse)
+_REQUEST_OBJECTS = (
+    InferenceRequest,
+    InferenceResponse,
+    DecodedInfer,
+    Exchange,
+    HttpResponse,
+    DeferredResponse,
+)
 
 LIVE = b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\n\r\n"
 LIVE_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
@@ -642,7 +653,7 @@ def test_registry_tracks_open_connections(connection: Connection) -> None:
 
 
 def test_connection_lost_while_a_request_is_in_flight(connection: Connection) -> None:
-    connection.feed(infer_request([1]), LIVE)
+    connection.feed(infer_request([1], request_id="slow"), LIVE)
     connection.protocol.connection_lost(ConnectionResetError())
     assert connection.finish() == []
     assert connection.transport.written == b""

@@ -504,8 +504,11 @@ class SingleAnswer:
                 InternalError(f"expected a single response, got {self.count}")
             )
         self.value = value
-        if self.on_answer is not None:
-            self.on_answer(value)
+        on_answer = self.on_answer
+        if on_answer is not None:
+            # Let go of it first: it may hold what holds the request (which holds this).
+            self.on_answer = None
+            on_answer(value)
         elif self.future is not None and not self.future.done():
             self.future.set_result(None)
 

@@ -6,7 +6,7 @@ from pytriton_core.frontends.http.infer_codec cimport (
     decode_infer_request,
     encode_infer_response,
 )
-from pytriton_core.frontends.http.messages cimport HttpResponse
+from pytriton_core.frontends.http.messages cimport DeferredResponse, HttpResponse
 from pytriton_core.inference.response cimport InferenceResponse
 from pytriton_core.runtime.model cimport Model
 from pytriton_core.service.inference_service cimport InferenceService, SingleAnswer
@@ -21,6 +21,13 @@ cdef class InferHandler:
     cdef Model _model(self, object match)
     cdef DecodedInfer _decoded(self, Model model, object request, object body, tuple reserved)
     cdef SingleAnswer _submit(self, Model model, DecodedInfer decoded, Exchange exchange)
+
+
+cdef class _Encoder:
+    cdef Model _model
+    cdef DecodedInfer _decoded
+    cdef Exchange _exchange
+    cdef DeferredResponse _deferred
 
 
 cdef void _refuse_decoupled(Model model, bint event_stream) except *

@@ -2,18 +2,21 @@
 
 Most requests are answered within ``submit`` (a lone request to a short Python model runs on
 the event loop), so the handler answers without a coroutine of its own when nothing can
-wait: no compressed body to inflate, no event stream, an answer already there and none to
-compress. Every other request takes the same steps in a coroutine (``_infer``), awaiting
-where it must. An extension type (infer_handler.pxd): every inference request runs it.
+wait: no compressed body to inflate, no event stream, none to compress. An answer still to
+come (the model executes in its thread or a worker process) is a ``DeferredResponse`` the
+answer's arrival encodes and sets (``_Encoder``). Every other request takes the same steps
+in a coroutine (``_infer``), awaiting where it must. An extension type (infer_handler.pxd):
+every inference request runs it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Iterator
 from re import Pattern
 
 from pytriton_core._native.infer_walk import HeaderMemo
-from pytriton_core.errors import InvalidArgumentError, UnsupportedError
+from pytriton_core.errors import InvalidArgumentError, ServerError, UnsupportedError
 from pytriton_core.frontends.http import compression
 from pytriton_core.frontends.http.exchange import Exchange
 from pytriton_core.frontends.http.infer_codec import (
@@ -26,13 +29,21 @@ from pytriton_core.frontends.http.infer_stream import (
     stream_infer,
     wants_event_stream,
 )
-from pytriton_core.frontends.http.messages import Buffer, HttpResponse, error_response
+from pytriton_core.frontends.http.messages import (
+    Buffer,
+    DeferredResponse,
+    HttpResponse,
+    error_response,
+    plain_error,
+)
 from pytriton_core.frontends.http.router import Request, RouteMatch
 from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
 from pytriton_core.inference.header_forwarding import forward_headers
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.runtime.model import Model
 from pytriton_core.service.inference_service import InferenceService, SingleAnswer
+
+log = logging.getLogger(__name__)
 
 
 class InferHandler:
@@ -64,8 +75,12 @@ class InferHandler:
         exchange = request.exchange
         answer = self._submit(model, decoded, exchange)
         response = answer.value
-        if response is None or "accept-encoding" in headers:
+        if "accept-encoding" in headers:
             return self._answer(model, decoded, answer, request)
+        if response is None:  # executing elsewhere (a thread, a worker process)
+            deferred = DeferredResponse()
+            answer.on_answer = _Encoder(model, decoded, exchange, deferred)
+            return deferred
         return _encoded(model, decoded, response, exchange)
 
     async def _infer(self, request: Request, match: RouteMatch) -> HttpResponse:
@@ -140,6 +155,34 @@ class InferHandler:
         if exchange is not None:  # None: called outside a connection, nobody to leave
             exchange.cancel_on_gone(request)
         return self._service.begin_infer(model, request)
+
+
+class _Encoder:
+    """A ``SingleAnswer``'s ``on_answer`` for a request executing elsewhere: encodes the
+    answer when it comes and hands it to the protocol's ``DeferredResponse`` (what the
+    handler's coroutine did after its ``await``, without one)."""
+
+    def __init__(
+        self,
+        model: Model,
+        decoded: DecodedInfer,
+        exchange: Exchange | None,
+        deferred: DeferredResponse,
+    ) -> None:
+        self._model = model
+        self._decoded = decoded
+        self._exchange = exchange
+        self._deferred = deferred
+
+    def __call__(self, response: InferenceResponse) -> None:
+        try:
+            http_response = _encoded(self._model, self._decoded, response, self._exchange)
+        except ServerError as exc:
+            http_response = error_response(exc)
+        except Exception:
+            log.exception("unhandled error answering an inference of %s", self._model.name)
+            http_response = plain_error(500, "internal server error")
+        self._deferred.set(http_response)
 
 
 def _refuse_decoupled(model: Model, event_stream: bool) -> None:

@@ -7,3 +7,11 @@ cdef class HttpResponse:
     cdef public list headers
     cdef public object on_sent
     cdef public object stream
+
+
+cdef class DeferredResponse:
+    cdef public HttpResponse response
+    cdef object _callback
+
+    cpdef void on_ready(self, object callback) except *
+    cpdef void set(self, HttpResponse response) except *

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+import asyncio
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -50,6 +51,42 @@ class HttpResponse:
         for part in self.body:
             total += part.nbytes if isinstance(part, memoryview) else len(part)
         return total
+
+
+class DeferredResponse:
+    """An answer that comes later, handed over rather than awaited: a handler returns one
+    where its answer waits for work elsewhere (an inference executing in an instance's
+    thread or a worker process), and the protocol writes the answer when it is ``set``,
+    with no coroutine, task or future made for the request. (An extension type,
+    messages.pxd.)"""
+
+    def __init__(self) -> None:
+        self.response: HttpResponse | None = None
+        self._callback: Callable[[HttpResponse], None] | None = None
+
+    def on_ready(self, callback: Callable[[HttpResponse], None]) -> None:
+        """Hand the answer to ``callback`` when it is set (at once if it is)."""
+        if self.response is not None:
+            callback(self.response)
+        else:
+            self._callback = callback
+
+    def set(self, response: HttpResponse) -> None:
+        """The answer (on the event loop); later ones are ignored."""
+        if self.response is not None:
+            return
+        self.response = response
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback(response)
+
+    def __await__(self) -> Generator[Any, None, HttpResponse]:
+        """Awaited where a handler's answer is awaited (a wrapping handler's coroutine)."""
+        if self.response is None:
+            future: asyncio.Future[HttpResponse] = asyncio.get_running_loop().create_future()
+            self.on_ready(future.set_result)
+            return (yield from future)
+        return self.response
 
 
 def json_response(value: object, status: int = 200) -> HttpResponse:

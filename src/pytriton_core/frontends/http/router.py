@@ -36,7 +36,8 @@ class Request(Protocol):
     exchange: Any
 
 
-# A handler answers at once, or with what to await for the answer (an ``async def``'s).
+# A handler answers at once, or with what to await for the answer (an ``async def``'s, or
+# a ``DeferredResponse``, which the protocol takes without awaiting).
 Handler = Callable[[Request, "RouteMatch"], HttpResponse | Awaitable[HttpResponse]]
 # (status, message) -> the answer to a request no handler takes (404, 405, a restricted 403).
 ErrorRenderer = Callable[[int, str], HttpResponse]

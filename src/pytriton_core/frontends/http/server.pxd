@@ -28,6 +28,7 @@ cdef class HttpProtocol:
     cdef bint _eof
     cdef bint _closing
     cdef Exchange _exchange
+    cdef object _deferred_request
     cdef bint _http11
     cdef bint _head_sent
     cdef bint _streaming
@@ -45,6 +46,8 @@ cdef class HttpProtocol:
     # (``request`` untyped: the framing's HttpRequest has no .pxd to cimport)
     cdef void _begin(self, object request, long long received_start, long long received_end) except *
     cdef void _answered(self, Exchange exchange) except *
+    cpdef void _deferred_answered(self, HttpResponse response) except *
+    cdef void _answer_in_coroutine(self, object request, object routed, Exchange exchange) except *
     cdef void _write(self, HttpResponse response, bint keep_alive) except *
     cdef void _arm_idle_timer(self) except *
     cdef void _close_transport(self) except *

@@ -60,6 +60,7 @@ from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.held_writes import HeldWrites
 from pytriton_core.frontends.http.messages import (
     Buffer,
+    DeferredResponse,
     HttpResponse,
     error_response,
     plain_error,
@@ -216,6 +217,7 @@ class HttpProtocol:
         # The request being answered: its exchange, its HTTP version, and whether the
         # answer's head has gone out (a probe must then be a stream comment).
         self._exchange: Exchange | None = None
+        self._deferred_request: HttpRequest | None = None  # its answer is to come (``_begin``)
         self._http11 = True
         self._head_sent = False
         self._streaming = False
@@ -395,10 +397,12 @@ class HttpProtocol:
 
     def _begin(self, request: HttpRequest, received_start: int, received_end: int) -> None:
         """Route ``request``. A handler that answers at once (most inferences: a short
-        Python model runs on the loop) is answered here, with no coroutine, context or
-        task made for it; one that returns something to await, or a streamed answer, goes
-        on in a coroutine driven as a task would be (``_answer_later``), in a context of its
-        own where ``current_exchange()`` finds the request's exchange."""
+        Python model runs on the loop) is answered here, and one whose answer is to come
+        (a ``DeferredResponse``: an inference executing elsewhere) when it is set, with no
+        coroutine, context or task made for either; one that returns something to await, or
+        a streamed answer, goes on in a coroutine driven as a task would be
+        (``_answer_later``), in a context of its own where ``current_exchange()`` finds the
+        request's exchange."""
         if log.isEnabledFor(_DEBUG):
             code = _METHOD_CODES.get(request.method, -1)
             log.debug("HTTP request: %d %s", code, request.path)
@@ -413,10 +417,33 @@ class HttpProtocol:
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.path)
             routed = plain_error(500, "internal server error")
+        if type(routed) is DeferredResponse:  # to come: written when it is set
+            self._deferred_request = request
+            routed.on_ready(self._deferred_answered)
+            return
         if isinstance(routed, HttpResponse) and routed.stream is None:
             self._write(routed, request.keep_alive and not self._closing)
             self._answered(exchange)
             return
+        self._answer_in_coroutine(request, routed, exchange)
+
+    def _deferred_answered(self, response: HttpResponse) -> None:
+        """A ``DeferredResponse``'s answer, for the request ``_begin`` left waiting."""
+        request, self._deferred_request = self._deferred_request, None
+        exchange = self._exchange
+        assert request is not None and exchange is not None
+        if response.stream is None:
+            self._write(response, request.keep_alive and not self._closing)
+            self._answered(exchange)
+        else:
+            self._answer_in_coroutine(request, response, exchange)
+
+    def _answer_in_coroutine(
+        self,
+        request: HttpRequest,
+        routed: HttpResponse | Awaitable[HttpResponse],
+        exchange: Exchange,
+    ) -> None:
         context = copy_context()
         context.run(CURRENT_EXCHANGE.set, exchange)
         _drive(self._answer_later(request, routed, exchange), context)
