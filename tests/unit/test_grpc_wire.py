@@ -91,6 +91,7 @@ def test_split_field_refuses_broken_groups(data: bytes) -> None:
 class _Model:
     name = "m"
     version = 2
+    version_text = "2"
 
 
 def _decoded(request_id: str = "r1") -> infer_codec.DecodedInfer:
