@@ -30,7 +30,7 @@ from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_New
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, strerror
 
 cdef extern from "Python.h":
     bint PyLong_CheckExact(object o)
@@ -319,6 +319,171 @@ def decode(bytes data, Py_ssize_t start, Py_ssize_t end):
 cdef extern from "sys/ioctl.h":
     int ioctl(int fd, unsigned long request, ...) nogil
     enum: FIONREAD
+
+
+cdef extern from "<sys/socket.h>" nogil:
+    struct iovec:
+        void* iov_base
+        size_t iov_len
+    struct msghdr:
+        void* msg_name
+        unsigned int msg_namelen
+        iovec* msg_iov
+        size_t msg_iovlen
+        void* msg_control
+        size_t msg_controllen
+        int msg_flags
+    struct cmsghdr:
+        size_t cmsg_len
+        int cmsg_level
+        int cmsg_type
+    ssize_t sendmsg(int fd, const msghdr* message, int flags)
+    ssize_t recvmsg(int fd, msghdr* message, int flags)
+    cmsghdr* CMSG_FIRSTHDR(msghdr* message)
+    cmsghdr* CMSG_NXTHDR(msghdr* message, cmsghdr* header)
+    unsigned char* CMSG_DATA(cmsghdr* header)
+    size_t CMSG_SPACE(size_t length)
+    size_t CMSG_LEN(size_t length)
+    enum: SOL_SOCKET
+    enum: SCM_RIGHTS
+    enum: MSG_DONTWAIT
+    enum: MSG_NOSIGNAL
+    enum: MSG_CMSG_CLOEXEC
+
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    enum: EINTR
+
+
+cdef extern from "<string.h>" nogil:
+    void* memset(void* target, int value, size_t count)
+
+
+cdef extern from "Python.h":
+    int PyErr_CheckSignals() except -1
+
+
+# A frame: a u32 payload length and a u32 descriptor count (the machine's order: one host),
+# then the payload; the descriptors travel with its first byte (SCM_RIGHTS).
+FRAME_HEADER_BYTES = 8
+cdef enum:
+    _MAX_FDS = 8  # descriptors one frame or one read may carry
+    _CONTROL_BYTES = 64  # >= CMSG_SPACE(_MAX_FDS * sizeof(int)) on every ABI
+    _STACK_READ = 16384  # reads up to this size land on the stack first
+
+
+cdef int _raise_unless_interrupted(int error) except -1:
+    """A failed call's ``errno`` as the ``OSError`` subclass Python names it; none for
+    ``EINTR`` (after the signal handlers ran), and the call is made again."""
+    if error != EINTR:
+        # (OSError's constructor picks the subclass: EAGAIN a BlockingIOError...)
+        raise OSError(error, strerror(error).decode("utf-8", "replace"))
+    PyErr_CheckSignals()
+    return 0
+
+
+def send_frame(int fd, bytes payload not None, fds):
+    """Send ``payload`` as one frame, with ``fds`` (at most 8), in one ``sendmsg``: the
+    bytes sent, header included (the caller sends the rest of a frame a full socket cut
+    short). What ``socket.sendmsg`` does, without parsing its arguments, building the
+    buffers' list or the ancillary data's tuple: each process-mode bundle and answer
+    crosses here. Raises ``OSError`` (``EINTR`` retried)."""
+    cdef uint32_t header[2]
+    cdef iovec parts[2]
+    cdef msghdr message
+    cdef char control[_CONTROL_BYTES]
+    cdef cmsghdr* control_header
+    cdef int* carried
+    cdef Py_ssize_t count = len(fds), i
+    cdef Py_ssize_t length = PyBytes_GET_SIZE(payload)
+    cdef ssize_t sent
+    if count > _MAX_FDS:
+        raise ValueError(f"a frame carries at most {_MAX_FDS} descriptors, not {count}")
+    if length > _MAX_LENGTH:
+        raise ValueError("a frame's payload is past 4 GiB")
+    header[0] = <uint32_t>length
+    header[1] = <uint32_t>count
+    parts[0].iov_base = header
+    parts[0].iov_len = 8
+    parts[1].iov_base = <void*>PyBytes_AS_STRING(payload)
+    parts[1].iov_len = <size_t>length
+    memset(&message, 0, sizeof(message))
+    message.msg_iov = parts
+    message.msg_iovlen = 2
+    if count:
+        memset(control, 0, sizeof(control))
+        message.msg_control = control
+        message.msg_controllen = CMSG_SPACE(count * sizeof(int))
+        control_header = CMSG_FIRSTHDR(&message)
+        control_header.cmsg_level = SOL_SOCKET
+        control_header.cmsg_type = SCM_RIGHTS
+        control_header.cmsg_len = CMSG_LEN(count * sizeof(int))
+        carried = <int*>CMSG_DATA(control_header)
+        for i in range(count):
+            carried[i] = fds[i]
+    cdef int error
+    while True:
+        with nogil:
+            sent = sendmsg(fd, &message, MSG_NOSIGNAL)
+            error = errno
+        if sent >= 0:
+            return sent
+        _raise_unless_interrupted(error)
+
+
+def receive_chunk(int fd, Py_ssize_t size, bint dont_wait, fds_out):
+    """Up to ``size`` bytes from the socket ``fd`` in one ``recvmsg`` (b"" at its end); the
+    descriptors that came with them appended to ``fds_out`` (close-on-exec). ``dont_wait``:
+    raise ``BlockingIOError`` rather than wait for bytes. What ``socket.recvmsg`` does
+    without its argument parsing and the ancillary data's list of tuples. Raises ``OSError``
+    (``EINTR`` retried)."""
+    cdef char stack[_STACK_READ]
+    cdef char* buffer = stack
+    cdef iovec part
+    cdef msghdr message
+    cdef char control[_CONTROL_BYTES]
+    cdef cmsghdr* control_header
+    cdef int* carried
+    cdef Py_ssize_t i, count
+    cdef ssize_t received
+    cdef int error
+    cdef int flags = MSG_CMSG_CLOEXEC | (MSG_DONTWAIT if dont_wait else 0)
+    if size <= 0:
+        raise ValueError("a read of no bytes")
+    if size > _STACK_READ:
+        buffer = <char*>PyMem_Malloc(<size_t>size)
+        if buffer == NULL:
+            raise MemoryError()
+    try:
+        part.iov_base = buffer
+        part.iov_len = <size_t>size
+        while True:
+            memset(&message, 0, sizeof(message))
+            message.msg_iov = &part
+            message.msg_iovlen = 1
+            message.msg_control = control
+            message.msg_controllen = sizeof(control)
+            with nogil:
+                received = recvmsg(fd, &message, flags)
+                error = errno
+            if received >= 0:
+                break
+            _raise_unless_interrupted(error)  # EAGAIN: BlockingIOError
+        if message.msg_controllen:
+            control_header = CMSG_FIRSTHDR(&message)
+            while control_header != NULL:
+                if (control_header.cmsg_level == SOL_SOCKET
+                        and control_header.cmsg_type == SCM_RIGHTS):
+                    count = (control_header.cmsg_len - CMSG_LEN(0)) // sizeof(int)
+                    carried = <int*>CMSG_DATA(control_header)
+                    for i in range(count):
+                        fds_out.append(carried[i])
+                control_header = CMSG_NXTHDR(&message, control_header)
+        return PyBytes_FromStringAndSize(buffer, received)
+    finally:
+        if buffer != stack:
+            PyMem_Free(buffer)
 
 
 def waiting_bytes(int fd):

@@ -6,14 +6,17 @@ blocked on one end is not woken when the other end reads what it sent."""
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pytriton_core import types
+from pytriton_core._native.message_codec import FRAME_HEADER_BYTES, receive_chunk, send_frame
 from pytriton_core.backends.python.process_transport import (
     HEADER_BYTES,
     Arena,
@@ -208,6 +211,35 @@ def test_messages_read_together_come_out_one_by_one_with_their_descriptors() -> 
             os.close(fd)
         ours.close()
         theirs.close()
+
+
+def test_frames_refuse_too_many_descriptors_and_report_the_socket_s_state() -> None:
+    """The compiled frame calls: at most 8 descriptors a frame; a read that must not wait
+    and finds nothing raises BlockingIOError; the peer's end reads b""; a closed channel
+    refuses to send (its descriptors are forgotten, never reused)."""
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    read_end, write_end = os.pipe()
+    fds: deque[int] = deque()
+    try:
+        with pytest.raises(ValueError, match="at most 8"):
+            send_frame(left.fileno(), b"x", [write_end] * 9)
+        with pytest.raises(BlockingIOError):
+            receive_chunk(right.fileno(), 64, True, fds)
+        assert send_frame(left.fileno(), b"abc", [write_end]) == FRAME_HEADER_BYTES + 3
+        frame = receive_chunk(right.fileno(), 64, False, fds)
+        assert frame[FRAME_HEADER_BYTES:] == b"abc" and len(fds) == 1
+        os.close(fds.pop())
+        left.close()
+        assert receive_chunk(right.fileno(), 64, False, fds) == b""
+    finally:
+        for fd in (read_end, write_end):
+            os.close(fd)
+        right.close()
+    ours, theirs = _pair()
+    ours.close()
+    with pytest.raises(ChannelClosed):
+        ours.send("late")
+    theirs.close()
 
 
 def test_a_second_small_message_waits_in_the_buffer() -> None:

@@ -12,6 +12,8 @@ from pytriton_core.inference.tensor cimport Tensor
 cdef class Channel:
     cdef object _sock
     cdef object _sending
+    cdef int _receiving_fd
+    cdef int _sending_fd
     cdef object _send_lock
     cdef bytes _data
     cdef object _fds

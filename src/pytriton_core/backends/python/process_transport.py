@@ -21,7 +21,6 @@ overwrite data the server has not read.
 
 from __future__ import annotations
 
-import array
 import os
 import pickle
 import socket
@@ -39,34 +38,26 @@ from pytriton_core import types
 from pytriton_core._native.arena_io import ArenaMemory
 from pytriton_core._native.bytes_codec import deserialize_bytes_tensor, serialize_bytes_tensor
 from pytriton_core._native.message_codec import FORMAT as _PLAIN_FORMAT
+from pytriton_core._native.message_codec import FRAME_HEADER_BYTES
 from pytriton_core._native.message_codec import decode as _decode_plain
 from pytriton_core._native.message_codec import encode as _encode_plain
+from pytriton_core._native.message_codec import receive_chunk as _receive_chunk
+from pytriton_core._native.message_codec import send_frame as _send_frame
 from pytriton_core._native.message_codec import waiting_bytes as _waiting_bytes
 from pytriton_core.errors import ServerError
 from pytriton_core.inference.request import InferenceRequest, RequestedOutput
 from pytriton_core.inference.response import InferenceResponse
 from pytriton_core.inference.tensor import Tensor
 
-# A message's header: its payload's length and how many descriptors came with it.
-_HEADER = struct.Struct("<II")
+# A message's header: its payload's length and how many descriptors came with it (the
+# compiled ``send_frame`` writes it in the machine's order: both ends are one host).
+_HEADER = struct.Struct("=II")
 _HEADER_BYTES = _HEADER.size
+assert _HEADER_BYTES == FRAME_HEADER_BYTES
 ALIGN = 64  # where each tensor in an arena starts
 HEADER_BYTES = 64  # the worker arena's header: bytes written, bytes taken (two u64)
 MIN_ARENA_BYTES = 1 << 20
 _READ = 16384  # one read: a control message mostly fits, and often the next one too
-
-
-_MAX_FDS = 8  # descriptors one read may bring (two at most are sent with a message)
-_FDS_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
-
-
-def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
-    """The descriptors of ``SCM_RIGHTS`` ancillary data (as ``socket.recv_fds`` reads them)."""
-    fds = array.array("i")
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
-    return list(fds)
 
 
 class ChannelClosed(Exception):
@@ -95,6 +86,11 @@ class Channel:
     def __init__(self, receiving: socket.socket, sending: socket.socket) -> None:
         self._sock = receiving
         self._sending = sending
+        # The sockets' descriptors, for the compiled frame calls (``send_frame``,
+        # ``receive_chunk``); -1 once closed, so that a late call fails on it (EBADF)
+        # rather than reach a descriptor number the process has given to another file.
+        self._receiving_fd = receiving.fileno()
+        self._sending_fd = sending.fileno()
         self._send_lock = threading.Lock()
         self._data = b""  # bytes received and not yet taken: from a message's start
         self._fds: deque[int] = deque()  # descriptors received and not yet taken, in order
@@ -111,13 +107,11 @@ class Channel:
         # One system call for the header, the payload and any descriptors (no joined copy);
         # what a full socket buffer leaves over goes after it.
         length = len(payload)
-        parts = [_HEADER.pack(length, len(fds)), payload]
-        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         with self._send_lock:
             try:
-                sent = self._sending.sendmsg(parts, ancillary)
+                sent = _send_frame(self._sending_fd, payload, fds)
                 if sent < _HEADER_BYTES + length:
-                    self._sending.sendall((parts[0] + payload)[sent:])
+                    self._sending.sendall((_HEADER.pack(length, len(fds)) + payload)[sent:])
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
 
@@ -172,25 +166,25 @@ class Channel:
         if not _waiting_bytes(self._sock.fileno()):
             return False
         try:
-            self._data += self._receive(_READ, socket.MSG_DONTWAIT)
+            self._data += self._receive(_READ, True)
         except BlockingIOError:
             return False
         return self.buffered()
 
-    def _receive(self, size: int, flags: int = 0) -> bytes:
+    def _receive(self, size: int, dont_wait: bool = False) -> bytes:
         try:
-            data, ancillary, _flags, _addr = self._sock.recvmsg(size, _FDS_SPACE, flags)
+            # (descriptors that come with the bytes go to ``_fds``, close-on-exec)
+            data = _receive_chunk(self._receiving_fd, size, dont_wait, self._fds)
         except BlockingIOError:
             raise
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
-        if ancillary:
-            self._fds.extend(_descriptors(ancillary))
         if not data:
             raise ChannelClosed("connection closed")
         return data
 
     def close(self) -> None:
+        self._receiving_fd = self._sending_fd = -1
         for sock in (self._sock, self._sending):
             try:
                 sock.shutdown(socket.SHUT_RDWR)  # a thread blocked on it wakes up
