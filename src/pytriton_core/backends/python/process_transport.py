@@ -6,7 +6,9 @@ Two parts, both used on each side:
   direction, with file descriptors passed alongside (``SCM_RIGHTS``). Messages carry names,
   datatypes, shapes, offsets and parameters; never tensor data. Those of plain built-in
   values (every message of the request path) are written by a compiled codec
-  (``_native.message_codec``), anything else by pickle.
+  (``_native.message_codec``), anything else by pickle; each frame is sent and read by
+  compiled calls there too (``send_frame``, ``receive_chunk``: one ``sendmsg`` or
+  ``recvmsg`` each).
 * ``Arena``: a shared-memory file (memfd on Linux, so no ``/dev/shm`` sizing is needed)
   mapped by both processes. Each arena has one writer: the server writes a batch's inputs
   into its arena, the worker writes responses into its own. Tensor data is copied into an
