@@ -692,6 +692,42 @@ def test_a_handler_finds_its_exchange_whether_it_answers_at_once_or_waits(
     assert current_exchange() is not second  # set in the waiting handler's context only
 
 
+def test_a_request_pipelined_behind_a_deferred_answer_starts_after_its_delivery(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A deferred answer is set from inside the model's delivery: the request waiting behind
+    it starts at the loop's next turn, not nested in that delivery."""
+    deferred = DeferredResponse()
+    delivering = False
+    started_while_delivering: list[bool] = []
+
+    def first(request: Request, match: RouteMatch) -> Any:
+        return deferred  # (the router's Handler type: a DeferredResponse is awaitable)
+
+    def second(request: Request, match: RouteMatch) -> HttpResponse:
+        started_while_delivering.append(delivering)
+        return HttpResponse(204)
+
+    router = Router()
+    router.add("^/first$", None, GET=first)
+    router.add("^/second$", None, GET=second)
+    connection = Connection(loop, router)
+    connection.feed(
+        b"GET /first HTTP/1.1\r\nHost: t\r\n\r\nGET /second HTTP/1.1\r\nHost: t\r\n\r\n"
+    )
+    assert started_while_delivering == []  # it waits behind the first
+
+    async def deliver() -> None:
+        nonlocal delivering
+        delivering = True
+        deferred.set(HttpResponse(200))
+        delivering = False
+
+    connection.run(deliver())
+    assert [response.status for response in connection.responses(2)] == [200, 204]
+    assert started_while_delivering == [False]
+
+
 # --------------------------------------------------------------------------- held answers
 
 

@@ -209,7 +209,9 @@ class HttpProtocol:
         self._receiving_since = 0
         self._broken = False
         self._busy = False
-        self._driving = False  # within ``_start_next``'s first step of a handler
+        # Within ``_start_next``'s first step of a handler, or a deferred answer's delivery
+        # (inside the model's code): a next request waiting then starts at the next turn.
+        self._driving = False
         self._paused = False  # reading paused
         self._write_paused = False  # the transport's buffer is above its high-water mark
         self._eof = False  # the client half-closed: answer what came, then close
@@ -432,11 +434,17 @@ class HttpProtocol:
         request, self._deferred_request = self._deferred_request, None
         exchange = self._exchange
         assert request is not None and exchange is not None
-        if response.stream is None:
+        if response.stream is not None:
+            self._answer_in_coroutine(request, response, exchange)
+            return
+        # Called from the model's delivery of its answer: a pipelined request waiting here
+        # starts at the next turn, not nested in the model's bookkeeping.
+        driving, self._driving = self._driving, True
+        try:
             self._write(response, request.keep_alive and not self._closing)
             self._answered(exchange)
-        else:
-            self._answer_in_coroutine(request, response, exchange)
+        finally:
+            self._driving = driving
 
     def _answer_in_coroutine(
         self,
@@ -477,8 +485,9 @@ class HttpProtocol:
         self._busy = False
         self._update_reading()
         if self._driving and self._pending:
-            # Answered within ``_start_next``'s own call: the next request starts at the
-            # next turn, not nested in this one (a pipelining client cannot make it recurse).
+            # Answered within ``_start_next``'s own call (or a model's delivery): the next
+            # request starts at the next turn, not nested in this one (a pipelining client
+            # cannot make it recurse).
             asyncio.get_running_loop().call_soon(self._start_next)
         else:
             self._start_next()
