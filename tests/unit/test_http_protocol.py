@@ -25,7 +25,7 @@ from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.held_writes import HeldWrites
 from pytriton_core.frontends.http.infer_codec import DecodedInfer
 from pytriton_core.frontends.http.messages import DeferredResponse, HttpResponse
-from pytriton_core.frontends.http.router import Request, RouteMatch, Router
+from pytriton_core.frontends.http.router import Handler, Request, RouteMatch, Router
 from pytriton_core.frontends.http.server import HttpProtocol
 from pytriton_core.inference.request import InferenceRequest
 from pytriton_core.inference.response import InferenceResponse
@@ -659,6 +659,19 @@ def test_connection_lost_while_a_request_is_in_flight(connection: Connection) ->
     assert connection.transport.written == b""
 
 
+def _routing(loop: asyncio.AbstractEventLoop, **handlers: Handler) -> Connection:
+    """A connection whose router sends ``GET /<name>`` (underscores as dashes) to each
+    handler."""
+    router = Router()
+    for name, handler in handlers.items():
+        router.add(f"^/{name.replace('_', '-')}$", None, GET=handler)
+    return Connection(loop, router)
+
+
+def _get(path: str) -> bytes:
+    return b"GET /%s HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode()
+
+
 def test_a_handler_finds_its_exchange_whether_it_answers_at_once_or_waits(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
@@ -676,13 +689,8 @@ def test_a_handler_finds_its_exchange_whether_it_answers_at_once_or_waits(
         seen["later"] = (request.exchange, current_exchange())
         return HttpResponse(204)
 
-    router = Router()
-    router.add("^/at-once$", None, GET=at_once)
-    router.add("^/later$", None, GET=later)
-    connection = Connection(loop, router)
-    connection.feed(
-        b"GET /at-once HTTP/1.1\r\nHost: t\r\n\r\n", b"GET /later HTTP/1.1\r\nHost: t\r\n\r\n"
-    )
+    connection = _routing(loop, at_once=at_once, later=later)
+    connection.feed(_get("at-once"), _get("later"))
     assert [response.status for response in connection.responses(2)] == [200, 204]
     first, _ = seen["at once"]
     second, current = seen["later"]
@@ -708,13 +716,8 @@ def test_a_request_pipelined_behind_a_deferred_answer_starts_after_its_delivery(
         started_while_delivering.append(delivering)
         return HttpResponse(204)
 
-    router = Router()
-    router.add("^/first$", None, GET=first)
-    router.add("^/second$", None, GET=second)
-    connection = Connection(loop, router)
-    connection.feed(
-        b"GET /first HTTP/1.1\r\nHost: t\r\n\r\nGET /second HTTP/1.1\r\nHost: t\r\n\r\n"
-    )
+    connection = _routing(loop, first=first, second=second)
+    connection.feed(_get("first") + _get("second"))  # pipelined, one read
     assert started_while_delivering == []  # it waits behind the first
 
     async def deliver() -> None:
