@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 
 from pytriton_core.backends.registry import BackendRegistry
+from pytriton_core.errors import UnavailableError
 from pytriton_core.frontends.http.exchange import Exchange, current_exchange
 from pytriton_core.frontends.http.handlers import build_router
 from pytriton_core.frontends.http.held_writes import HeldWrites
@@ -729,6 +730,50 @@ def test_a_request_pipelined_behind_a_deferred_answer_starts_after_its_delivery(
     connection.run(deliver())
     assert [response.status for response in connection.responses(2)] == [200, 204]
     assert started_while_delivering == [False]
+
+
+def test_a_handler_s_failure_is_answered_whether_it_answers_at_once_or_waits(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ServerError answers with its own status; anything else is logged and answered 500,
+    from a handler that answers at once and from one that waits alike."""
+
+    def refused(request: Request, match: RouteMatch) -> HttpResponse:
+        raise UnavailableError("not now")
+
+    def broken(request: Request, match: RouteMatch) -> HttpResponse:
+        raise RuntimeError("a bug")
+
+    async def broken_later(request: Request, match: RouteMatch) -> HttpResponse:
+        await asyncio.sleep(0)
+        raise RuntimeError("a later bug")
+
+    connection = _routing(loop, refused=refused, broken=broken, broken_later=broken_later)
+    connection.feed(_get("refused"), _get("broken"), _get("broken-later"))
+    answers = connection.responses(3)
+    assert [answer.status for answer in answers] == [503, 500, 500]
+    assert [answer.json() for answer in answers] == [
+        {"error": "not now"},
+        {"error": "internal server error"},
+        {"error": "internal server error"},
+    ]
+    assert "unhandled error on GET /broken" in caplog.text
+    assert "unhandled error on GET /broken-later" in caplog.text
+    assert "a later bug" in caplog.text  # with its traceback
+
+
+def test_a_deferred_answer_can_be_awaited_as_well() -> None:
+    """A handler wrapping another (the OpenAI front end's) awaits what it returns: a
+    ``DeferredResponse`` gives its answer once set, or at once if it is."""
+
+    async def wait_for_both() -> tuple[HttpResponse, HttpResponse]:
+        later, ready = DeferredResponse(), DeferredResponse()
+        ready.set(HttpResponse(204))
+        asyncio.get_running_loop().call_soon(later.set, HttpResponse(200))
+        return await later, await ready
+
+    later, ready = asyncio.run(wait_for_both())
+    assert (later.status, ready.status) == (200, 204)
 
 
 # --------------------------------------------------------------------------- held answers

@@ -165,7 +165,7 @@ class Channel:
             return True
         # Mostly nothing yet: asked without a read that fails and its exception (a closed
         # socket's -1 answers 0).
-        if not _waiting_bytes(self._sock.fileno()):
+        if not _waiting_bytes(self._receiving_fd):
             return False
         try:
             self._data += self._receive(_READ, True)

@@ -49,7 +49,8 @@ class Exchange:
     def cancel_on_gone(self, request: InferenceRequest) -> None:
         """Cancel ``request`` if the client goes away before the answer is written (at once
         if it already has): ``on_client_gone(request.cancel)`` without a bound method and a
-        list made for every inference."""
+        list made for every inference. One request per exchange (an HTTP request makes one
+        inference); anything else registers a hook."""
         if self.client_gone:
             request.cancel()
         else:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Iterator
 from re import Pattern
 
 from pytriton_core._native.infer_walk import HeaderMemo
-from pytriton_core.errors import InvalidArgumentError, ServerError, UnsupportedError
+from pytriton_core.errors import InvalidArgumentError, UnsupportedError
 from pytriton_core.frontends.http import compression
 from pytriton_core.frontends.http.exchange import Exchange
 from pytriton_core.frontends.http.infer_codec import (
@@ -34,7 +34,7 @@ from pytriton_core.frontends.http.messages import (
     DeferredResponse,
     HttpResponse,
     error_response,
-    plain_error,
+    failure_response,
 )
 from pytriton_core.frontends.http.router import Request, RouteMatch
 from pytriton_core.frontends.http.timing import finish_when_sent, stamp_received
@@ -177,11 +177,10 @@ class _Encoder:
     def __call__(self, response: InferenceResponse) -> None:
         try:
             http_response = _encoded(self._model, self._decoded, response, self._exchange)
-        except ServerError as exc:
-            http_response = error_response(exc)
-        except Exception:
-            log.exception("unhandled error answering an inference of %s", self._model.name)
-            http_response = plain_error(500, "internal server error")
+        except Exception as exc:
+            http_response = failure_response(
+                exc, log, "unhandled error answering an inference of %s", self._model.name
+            )
         self._deferred.set(http_response)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +100,17 @@ def error_response(error: ServerError) -> HttpResponse:
 
 def plain_error(status: int, message: str) -> HttpResponse:
     return json_response({"error": message}, status)
+
+
+def failure_response(
+    error: Exception, log: logging.Logger, what: str, *args: object
+) -> HttpResponse:
+    """The answer to a handler that failed: a ``ServerError``'s own; anything else is
+    logged on ``log`` (``what % args``, with its traceback) and answered 500."""
+    if isinstance(error, ServerError):
+        return error_response(error)
+    log.error(what, *args, exc_info=error)
+    return plain_error(500, "internal server error")
 
 
 EMPTY_OK = HttpResponse(200)

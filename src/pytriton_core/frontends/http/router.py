@@ -7,11 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import unquote
 
 import orjson
 
+from pytriton_core.frontends.http.exchange import Exchange
 from pytriton_core.frontends.http.messages import HttpResponse, plain_error
 from pytriton_core.options import ApiCategory, RestrictedApis, Restriction
 from pytriton_core.restricted import http_denial
@@ -31,9 +32,8 @@ class Request(Protocol):
     @property
     def body(self) -> bytes | bytearray | memoryview: ...
 
-    # The protocol's ``Exchange`` for this request (frontends/http/exchange.py), None
-    # outside a connection.
-    exchange: Any
+    # The protocol's ``Exchange`` for this request, None outside a connection.
+    exchange: Exchange | None
 
 
 # A handler answers at once, or with what to await for the answer (an ``async def``'s, or

@@ -53,7 +53,7 @@ from pytriton_core._native.http_framing import (
     frame_response,
     framing_error,
 )
-from pytriton_core.errors import ServerError, UnavailableError
+from pytriton_core.errors import UnavailableError
 from pytriton_core.frontends.busy_poll import BusyPoll
 from pytriton_core.frontends.http.exchange import CURRENT_EXCHANGE, Exchange
 from pytriton_core.frontends.http.handlers import build_router
@@ -62,7 +62,7 @@ from pytriton_core.frontends.http.messages import (
     Buffer,
     DeferredResponse,
     HttpResponse,
-    error_response,
+    failure_response,
     plain_error,
 )
 from pytriton_core.frontends.http.reaper import expire_slow_requests
@@ -74,6 +74,7 @@ from pytriton_core.service import InferenceService
 
 log = logging.getLogger(__name__)
 _DEBUG = logging.DEBUG  # (module globals are read without an attribute lookup)
+_UNHANDLED = "unhandled error on %s %s"  # a handler's failure, logged with the request
 
 _MAX_PENDING_BYTES = 64 << 20  # stop reading from a client that queues more body bytes
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -414,11 +415,8 @@ class HttpProtocol:
         self._head_sent = False
         try:
             routed = self._router.route(request)
-        except ServerError as exc:
-            routed = error_response(exc)
-        except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            routed = plain_error(500, "internal server error")
+        except Exception as exc:
+            routed = failure_response(exc, log, _UNHANDLED, request.method, request.path)
         if type(routed) is DeferredResponse:  # to come: written when it is set
             self._deferred_request = request
             routed.on_ready(self._deferred_answered)
@@ -464,11 +462,8 @@ class HttpProtocol:
     ) -> None:
         try:
             response = routed if isinstance(routed, HttpResponse) else await routed
-        except ServerError as exc:
-            response = error_response(exc)
-        except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            response = plain_error(500, "internal server error")
+        except Exception as exc:
+            response = failure_response(exc, log, _UNHANDLED, request.method, request.path)
         keep_alive = request.keep_alive and not self._closing
         if response.stream is None:
             self._write(response, keep_alive)
